@@ -1,0 +1,141 @@
+/* The per-thread Frame chain: push, pop, and the table of known types. */
+#include <stdatomic.h>
+#include <stddef.h>
+
+#include "frames/internal.h"
+
+/* ---- known Frame types --------------------------------------------------
+ * An open-addressing set of type pointers, insert-only and lock-free. A walk
+ * refuses a Frame whose type is not in it, which turns a garbage type
+ * pointer into CRAWL_WALK_FAILED instead of a crash. If the table ever
+ * fills, checking is switched off (every type is then accepted). */
+#define TYPE_SLOTS 1024u
+static _Atomic(const crawl_frame_type *) type_table[TYPE_SLOTS];
+static atomic_int type_table_full;
+
+static unsigned type_hash(const crawl_frame_type *type)
+{
+    uintptr_t x = (uintptr_t)type;
+    x ^= x >> 17;
+    x *= 0x9E3779B97F4A7C15u;
+    return (unsigned)(x >> 40) & (TYPE_SLOTS - 1);
+}
+
+void crawl__type_note(const crawl_frame_type *type)
+{
+    unsigned h = type_hash(type);
+    for (unsigned i = 0; i < TYPE_SLOTS; i++) {
+        _Atomic(const crawl_frame_type *) *slot = &type_table[(h + i) & (TYPE_SLOTS - 1)];
+        const crawl_frame_type *cur = atomic_load_explicit(slot, memory_order_acquire);
+        if (cur == type)
+            return;
+        if (cur == NULL) {
+            const crawl_frame_type *expected = NULL;
+            if (atomic_compare_exchange_strong(slot, &expected, type) || expected == type)
+                return;
+        }
+    }
+    atomic_store(&type_table_full, 1);
+}
+
+int crawl__type_known(const crawl_frame_type *type)
+{
+    if (!type)
+        return 0;
+    unsigned h = type_hash(type);
+    for (unsigned i = 0; i < TYPE_SLOTS; i++) {
+        const crawl_frame_type *cur =
+            atomic_load_explicit(&type_table[(h + i) & (TYPE_SLOTS - 1)], memory_order_acquire);
+        if (cur == type)
+            return 1;
+        if (cur == NULL)
+            break;
+    }
+    return atomic_load_explicit(&type_table_full, memory_order_relaxed);
+}
+
+/* ---- push / pop ---------------------------------------------------------- */
+
+static void link_frame(crawl__thread *th, crawl_frame *f, const crawl_frame_type *type)
+{
+    if (!type)
+        crawl__fatal("crawl_frame_push of Frame %p with a NULL type", (void *)f);
+    if (!th->attached) {
+        int rc = crawl_thread_attach();
+        if (rc)
+            crawl__fatal("crawl_frame_push: cannot attach this thread (error %d)", rc);
+    }
+    if (!crawl__on_stack(th, (uintptr_t)f, sizeof *f))
+        crawl__fatal("crawl_frame_push of '%s' Frame %p: not on this thread's stack [%p, %p) "
+                     "(a heap Frame, or another thread's?)",
+                     crawl__type_name(type), (void *)f, (void *)th->stack_lo,
+                     (void *)th->stack_hi);
+    if (f == th->top)
+        crawl__fatal("crawl_frame_push of '%s' Frame %p: it is already the top Frame",
+                     crawl__type_name(type), (void *)f);
+    if (type != th->last_type) {
+        crawl__type_note(type);
+        th->last_type = type;
+    }
+    f->type = type;
+    f->next = th->top;
+    /* A signal handler on this thread must never see top before f is filled. */
+    atomic_signal_fence(memory_order_release);
+    th->top = f;
+    th->nframes++;
+}
+
+void crawl_frame_push(crawl_frame *f, const crawl_frame_type *type)
+{
+    link_frame(crawl__self(), f, type);
+}
+
+/* The type name of a Frame the caller handed us, read only if it is safe:
+ * a Frame popped by mistake may be garbage. */
+static const char *checked_name(const crawl__thread *th, const crawl_frame *f)
+{
+    if (!f || ((uintptr_t)f & (sizeof(void *) - 1)) ||
+        !crawl__on_stack(th, (uintptr_t)f, sizeof *f) || !crawl__type_known(f->type))
+        return "?";
+    return crawl__type_name(f->type);
+}
+
+void crawl_frame_pop(crawl_frame *f)
+{
+    crawl__thread *th = crawl__self();
+    crawl_frame *top = th->top;
+    if (top != f) {
+        if (!top)
+            crawl__fatal("crawl_frame_pop of '%s' Frame %p, but this thread's Frame chain is empty",
+                         checked_name(th, f), (void *)f);
+        crawl__fatal("Frame popped out of order: expected the top Frame '%s' at %p, got '%s' at %p",
+                     crawl__type_name(top->type), (void *)top, checked_name(th, f), (void *)f);
+    }
+    th->top = f->next;
+    atomic_signal_fence(memory_order_release);
+    th->nframes--;
+}
+
+crawl_frame *crawl_frame_top(void)
+{
+    return crawl__self()->top;
+}
+
+unsigned crawl_frame_count(void)
+{
+    return crawl__self()->nframes;
+}
+
+/* Called by crawl_transition_push (assembly) once the registers are saved. */
+void crawl__transition_link(crawl_transition *t, const crawl_frame_type *type);
+void crawl__transition_link(crawl_transition *t, const crawl_frame_type *type)
+{
+    if (!type)
+        type = &crawl_transition_type;
+    else if (!(type->flags & CRAWL_FRAME_SAVES_REGS) ||
+             type->regs_offset != offsetof(crawl_transition, regs))
+        crawl__fatal("crawl_transition_push with type '%s': it needs CRAWL_FRAME_SAVES_REGS and "
+                     "regs_offset == offsetof(crawl_transition, regs)",
+                     crawl__type_name(type));
+    link_frame(crawl__self(), &t->frame, type);
+}

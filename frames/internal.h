@@ -1,0 +1,48 @@
+/* Private to the frames layer and the layers above it. */
+#ifndef CRAWL_FRAMES_INTERNAL_H
+#define CRAWL_FRAMES_INTERNAL_H
+
+#include <crawl/frames.h>
+#include <sys/types.h>
+
+/* Per-thread state. initial-exec TLS: reading it never allocates or takes
+ * the loader lock, so signal handlers can use it. */
+typedef struct crawl__thread {
+    crawl_frame *top;                   /* newest Frame */
+    unsigned nframes;                   /* Frames on the chain: bounds walks over a corrupt chain */
+    int attached;
+    uintptr_t stack_lo, stack_hi;       /* [lo, hi) from pthread_getattr_np */
+    const crawl_frame_type *last_type;  /* skips the known-type table on repeated pushes */
+    pid_t tid;
+    struct crawl__thread *reg_prev, *reg_next;   /* registry of attached threads */
+} crawl__thread;
+
+extern __thread crawl__thread crawl__tls __attribute__((tls_model("initial-exec")));
+
+static inline crawl__thread *crawl__self(void) { return &crawl__tls; }
+
+/* Attach the calling thread if needed; 0 or a negative errno. */
+int crawl__ensure_attached(crawl__thread *th);
+
+/* 1 if [addr, addr+size) lies on th's stack or on the signal stack the
+ * thread is running on right now. Async-signal-safe. */
+int crawl__on_stack(const crawl__thread *th, uintptr_t addr, size_t size);
+
+/* The alternate signal stack the thread runs on now, as [*lo, *hi); 0 if
+ * none. Async-signal-safe (one sigaltstack(2) call). */
+int crawl__current_altstack(uintptr_t *lo, uintptr_t *hi);
+
+/* Frame types seen by crawl_frame_push, so a walk can refuse a Frame whose
+ * type pointer is garbage without dereferencing it. Lock-free. */
+void crawl__type_note(const crawl_frame_type *type);
+int crawl__type_known(const crawl_frame_type *type);
+
+/* Print "crawl: fatal: <message>" on stderr with one write(2) and abort.
+ * For API misuse and corruption only. Async-signal-safe in practice
+ * (vsnprintf of %s/%p/%u, no malloc). */
+_Noreturn void crawl__fatal(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/* A Frame type's name, or a placeholder for NULL / unnamed types. */
+const char *crawl__type_name(const crawl_frame_type *type);
+
+#endif

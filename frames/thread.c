@@ -1,0 +1,162 @@
+/* Threads: stack bounds, the registry of attached threads, auto-detach. */
+#include <errno.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include "frames/internal.h"
+
+__thread crawl__thread crawl__tls __attribute__((tls_model("initial-exec")));
+
+static pthread_mutex_t registry_lock = PTHREAD_MUTEX_INITIALIZER;
+static crawl__thread *registry_head;
+static pthread_key_t exit_key;
+static pthread_once_t exit_key_once = PTHREAD_ONCE_INIT;
+
+static void registry_unlink(crawl__thread *th)
+{
+    if (th->reg_prev)
+        th->reg_prev->reg_next = th->reg_next;
+    else if (registry_head == th)
+        registry_head = th->reg_next;
+    if (th->reg_next)
+        th->reg_next->reg_prev = th->reg_prev;
+    th->reg_prev = th->reg_next = NULL;
+}
+
+/* Runs when an attached thread exits: its TLS block is about to go away,
+ * so it must leave the registry. Frames still linked at exit are dropped
+ * (the thread's stack is gone too). */
+static void on_thread_exit(void *unused)
+{
+    (void)unused;
+    crawl__thread *th = crawl__self();
+    if (!th->attached)
+        return;
+    pthread_mutex_lock(&registry_lock);
+    registry_unlink(th);
+    pthread_mutex_unlock(&registry_lock);
+    th->attached = 0;
+    th->top = NULL;
+    th->nframes = 0;
+}
+
+/* In a fork child only the forking thread exists: drop the others. */
+static void after_fork_child(void)
+{
+    crawl__thread *self = crawl__self();
+    pthread_mutex_init(&registry_lock, NULL);
+    registry_head = NULL;
+    if (self->attached) {
+        self->reg_prev = self->reg_next = NULL;
+        registry_head = self;
+        self->tid = (pid_t)syscall(SYS_gettid);
+    }
+}
+
+static void make_exit_key(void)
+{
+    pthread_key_create(&exit_key, on_thread_exit);
+    pthread_atfork(NULL, NULL, after_fork_child);
+}
+
+int crawl__ensure_attached(crawl__thread *th)
+{
+    return th->attached ? 0 : crawl_thread_attach();
+}
+
+int crawl_thread_attach(void)
+{
+    crawl__thread *th = crawl__self();
+    if (th->attached)
+        return 0;
+
+    pthread_attr_t attr;
+    int rc = pthread_getattr_np(pthread_self(), &attr);
+    if (rc)
+        return -rc;
+    void *addr = NULL;
+    size_t size = 0;
+    rc = pthread_attr_getstack(&attr, &addr, &size);
+    pthread_attr_destroy(&attr);
+    if (rc)
+        return -rc;
+
+    pthread_once(&exit_key_once, make_exit_key);
+    /* Any non-NULL value makes the destructor run at thread exit. */
+    rc = pthread_setspecific(exit_key, th);
+    if (rc)
+        return -rc;
+
+    th->stack_lo = (uintptr_t)addr;
+    th->stack_hi = (uintptr_t)addr + size;
+    th->tid = (pid_t)syscall(SYS_gettid);
+    th->top = NULL;
+    th->nframes = 0;
+    th->last_type = NULL;
+
+    pthread_mutex_lock(&registry_lock);
+    th->reg_prev = NULL;
+    th->reg_next = registry_head;
+    if (registry_head)
+        registry_head->reg_prev = th;
+    registry_head = th;
+    pthread_mutex_unlock(&registry_lock);
+    atomic_signal_fence(memory_order_release);
+    th->attached = 1;
+    return 0;
+}
+
+void crawl_thread_detach(void)
+{
+    crawl__thread *th = crawl__self();
+    if (!th->attached)
+        return;
+    if (th->top)
+        crawl__fatal("crawl_thread_detach with %u Frame(s) still pushed (top '%s' at %p)",
+                     th->nframes, crawl__type_name(th->top->type), (void *)th->top);
+    th->attached = 0;
+    atomic_signal_fence(memory_order_release);
+    pthread_mutex_lock(&registry_lock);
+    registry_unlink(th);
+    pthread_mutex_unlock(&registry_lock);
+    pthread_setspecific(exit_key, NULL);
+}
+
+int crawl_thread_is_attached(void)
+{
+    return crawl__self()->attached;
+}
+
+int crawl_thread_stack_bounds(uintptr_t *lo, uintptr_t *hi)
+{
+    const crawl__thread *th = crawl__self();
+    if (!th->attached)
+        return -ENOENT;
+    if (lo)
+        *lo = th->stack_lo;
+    if (hi)
+        *hi = th->stack_hi;
+    return 0;
+}
+
+int crawl__current_altstack(uintptr_t *lo, uintptr_t *hi)
+{
+    stack_t ss;
+    if (sigaltstack(NULL, &ss) != 0 || !(ss.ss_flags & SS_ONSTACK))
+        return 0;
+    *lo = (uintptr_t)ss.ss_sp;
+    *hi = (uintptr_t)ss.ss_sp + ss.ss_size;
+    return 1;
+}
+
+int crawl__on_stack(const crawl__thread *th, uintptr_t addr, size_t size)
+{
+    if (addr >= th->stack_lo && addr <= th->stack_hi - size && addr + size > addr)
+        return 1;
+    uintptr_t lo, hi;
+    return crawl__current_altstack(&lo, &hi) && addr >= lo && addr + size <= hi;
+}

@@ -1,0 +1,184 @@
+/* crawl — the mixed stack walk: Frames merged with native frames.
+ *
+ * A walk reports, newest first, every native frame found by unwinding and
+ * every Frame on the calling thread's chain, each Frame right before the
+ * native frame that contains it (design.md's merge rule). Interpreter
+ * segment Frames report their VM activations in their place.
+ *
+ * Thread safety: a walk reads only the calling thread's chain and stack;
+ * any number of threads may walk at once. Code ranges may be added and
+ * removed while other threads walk.
+ * Signal safety: crawl_walk and crawl_walk_context with CRAWL_WALK_SIGNAL_SAFE
+ * allocate nothing and take no lock, and may be called from a signal handler
+ * on an attached thread (without the flag an unattached thread is attached,
+ * which is not signal-safe). Precise mode then relies on libunwind's local
+ * unwinding, which libunwind documents as signal-safe but which calls
+ * dl_iterate_phdr: a handler that interrupted dlopen/dlclose on the same
+ * thread can deadlock there. CRAWL_WALK_FAST | CRAWL_WALK_SIGNAL_SAFE has no
+ * such caveat. Printing and symbolizing are not signal-safe.
+ */
+#ifndef CRAWL_STACKWALK_H
+#define CRAWL_STACKWALK_H
+
+#include <crawl/frames.h>
+#include <ucontext.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct crawl_cf crawl_cf;       /* valid only during the callback */
+
+typedef enum { CRAWL_CONTINUE = 0, CRAWL_ABORT = 1 } crawl_action;
+
+/* DONE: the walk reached the end of the stack (see CRAWL_CF_AFTER_GAP for
+ *       native frames it could not see).
+ * ABORTED: the callback returned CRAWL_ABORT.
+ * FAILED: bad arguments (NULL callback, NULL context), precise mode
+ *       unavailable, or the stack was inconsistent: a frame-pointer chain
+ *       that stays on the stack but does not move towards its base, or a
+ *       Frame whose address or type is not valid. A walk that finds
+ *       inconsistency still reports what it safely can before failing. */
+typedef enum { CRAWL_WALK_DONE = 0, CRAWL_WALK_ABORTED = 1, CRAWL_WALK_FAILED = -1 } crawl_walk_status;
+
+typedef enum {
+    CRAWL_CF_NATIVE,                    /* a native frame found by unwinding */
+    CRAWL_CF_FRAME,                     /* a Frame on the chain */
+    CRAWL_CF_VM,                        /* a VM activation hosted by an interpreter segment */
+    CRAWL_CF_JIT                        /* a native frame inside a registered code range */
+} crawl_kind;
+
+typedef crawl_action (*crawl_walk_fn)(const crawl_cf *cf, void *ctx);
+
+/* Walk flags. */
+enum {
+    CRAWL_WALK_SKIP_NATIVE = 1u << 0,    /* don't report CRAWL_CF_NATIVE frames */
+    CRAWL_WALK_SKIP_FRAMES = 1u << 1,    /* don't report Frames nor the VM activations they host */
+    CRAWL_WALK_FUNCTIONS_ONLY = 1u << 2, /* report Frames only with CRAWL_FRAME_FUNCTION (VM activations always) */
+    CRAWL_WALK_FAST = 1u << 3,           /* frame-pointer unwinding instead of DWARF CFI */
+    CRAWL_WALK_SIGNAL_SAFE = 1u << 4,    /* no allocation, no lock, no implicit attach */
+    CRAWL_WALK_NO_VM = 1u << 5           /* report interpreter segments as one CRAWL_CF_FRAME */
+};
+
+/* crawl_cf_flags() */
+enum {
+    CRAWL_CF_EXACT_IP = 1u << 0,   /* ip is the exact pc (first frame, signal-interrupted frame) */
+    CRAWL_CF_AFTER_GAP = 1u << 1,  /* native unwinding stopped before this frame and was resumed
+                                      from a transition Frame (or not at all): native frames are
+                                      missing between this one and the previous report */
+    CRAWL_CF_HAS_REGS = 1u << 2    /* crawl_cf_regs() is not NULL */
+};
+
+/* Walk the calling thread from the function that called crawl_walk (the
+ * first frame reported; none of crawl's own frames are). */
+CRAWL_API crawl_walk_status crawl_walk(crawl_walk_fn fn, void *ctx, unsigned flags);
+
+/* Walk the calling thread from a saved context, typically the third
+ * argument of an SA_SIGINFO handler. The first frame reported is the
+ * interrupted one (no handler, no signal trampoline frames). uc must come
+ * from the calling thread. */
+CRAWL_API crawl_walk_status crawl_walk_context(const ucontext_t *uc, crawl_walk_fn fn, void *ctx,
+                                               unsigned flags);
+
+/* ---- the crawl frame handed to the callback (async-signal-safe) --------- */
+CRAWL_API crawl_kind crawl_cf_kind(const crawl_cf *cf);
+/* Exact pc for the first frame, return address for the others (native and
+ * JIT); a transition Frame's saved ip; the VM position for CRAWL_CF_VM; 0
+ * for other Frames. */
+CRAWL_API uintptr_t crawl_cf_ip(const crawl_cf *cf);
+/* The frame's stack pointer (native, JIT); the Frame's address (Frames, and
+ * the hosting Frame's address for CRAWL_CF_VM). */
+CRAWL_API uintptr_t crawl_cf_sp(const crawl_cf *cf);
+/* The Frame (CRAWL_CF_FRAME; the hosting Frame for CRAWL_CF_VM), else NULL. */
+CRAWL_API crawl_frame *crawl_cf_frame(const crawl_cf *cf);
+/* The VM/JIT method, or the Frame type's method(), else NULL. */
+CRAWL_API const void *crawl_cf_method(const crawl_cf *cf);
+/* 0, 1, 2, ... in report order. */
+CRAWL_API unsigned crawl_cf_depth(const crawl_cf *cf);
+/* CRAWL_CF_* bits. */
+CRAWL_API unsigned crawl_cf_flags(const crawl_cf *cf);
+/* Registers of the frame: for native and JIT frames ip/sp/fp are always
+ * set, the callee-saved ones only in precise mode; a transition Frame's
+ * saved registers. NULL for other Frames and VM activations. */
+CRAWL_API const crawl_regs *crawl_cf_regs(const crawl_cf *cf);
+/* The VM activation (CRAWL_CF_VM), else NULL. */
+CRAWL_API const crawl_vm_frame *crawl_cf_vm_frame(const crawl_cf *cf);
+/* The name of a JIT code range or of a Frame type, else NULL. */
+CRAWL_API const char *crawl_cf_name(const crawl_cf *cf);
+
+/* ---- JIT code ranges ---------------------------------------------------- */
+
+typedef enum {
+    /* The code keeps a standard frame: push rbp; mov rsp, rbp. Caller's
+     * registers: ip = [fp+8], sp = fp+16, fp = [fp]. */
+    CRAWL_UNWIND_FRAME_POINTER = 1,
+    /* The code keeps a fixed-size frame: CFA = sp + frame_size, return
+     * address at CFA-8; the caller's fp is at CFA + saved_fp_offset, or
+     * unchanged when saved_fp_offset is 0. */
+    CRAWL_UNWIND_FIXED_FRAME = 2
+} crawl_unwind_kind;
+
+typedef struct crawl_unwind_rule {
+    crawl_unwind_kind kind;
+    uint32_t frame_size;
+    int32_t saved_fp_offset;
+} crawl_unwind_rule;
+
+typedef struct crawl_code_range {
+    uintptr_t start, end;               /* [start, end) */
+    const void *method;
+    crawl_unwind_rule rule;
+    const char *name;                   /* not copied: must outlive the range */
+} crawl_code_range;
+
+/* Register JIT code [start, end). 0; -EINVAL for an empty range, a NULL or
+ * unknown rule; -EEXIST if it overlaps a registered range; -ENOMEM.
+ * Takes a lock and allocates: not signal-safe. */
+CRAWL_API int crawl_code_range_add(uintptr_t start, uintptr_t end, const void *method,
+                                   const crawl_unwind_rule *rule, const char *name);
+/* Unregister the range starting at start. 0 or -ENOENT. Not signal-safe.
+ * Walks running on other threads keep a consistent view. */
+CRAWL_API int crawl_code_range_remove(uintptr_t start);
+/* Find the range holding ip: 1 and *out filled, or 0. Lock-free, O(log n),
+ * async-signal-safe. */
+CRAWL_API int crawl_code_range_find(uintptr_t ip, crawl_code_range *out);
+
+/* ---- symbols and printing (not signal-safe: they allocate and lock) ----- */
+
+typedef struct crawl_symbol {
+    const char *function;               /* NULL if unknown */
+    const char *file;                   /* NULL without line info */
+    int line, column;
+    const char *module;                 /* path of the ELF module, NULL if none */
+    uintptr_t module_offset;            /* pc - module load bias */
+} crawl_symbol;
+
+/* Symbolize pc through elfutils libdw; strings point into buf (len bytes).
+ * 0, -ENOENT if pc is in no module, -ENOSPC if buf is too small. */
+CRAWL_API int crawl_symbolize(uintptr_t pc, crawl_symbol *out, char *buf, size_t len);
+
+/* One printable description of a frame, without the "#N" prefix: the
+ * Frame type's describe() or vm_describe() text, the JIT range name, or
+ * "function file:line" / "function (module+0xoff)" for native frames.
+ * snprintf-like return value. */
+CRAWL_API int crawl_cf_describe(const crawl_cf *cf, char *buf, size_t len);
+
+/* One line in the AddressSanitizer frame shape:
+ *   "    #N 0xPC in function file:line"  (native, JIT)
+ *   "    #N in text"                     (Frames, VM activations)
+ * with no trailing newline. snprintf-like. */
+CRAWL_API int crawl_cf_format(const crawl_cf *cf, char *buf, size_t len);
+
+/* Print the calling thread's stack (from the caller of this function) to
+ * fd, one crawl_cf_format line per frame. Returns the walk status. */
+CRAWL_API crawl_walk_status crawl_print_trace(int fd, unsigned flags);
+/* The same from a saved context (a signal handler's). */
+CRAWL_API crawl_walk_status crawl_print_trace_context(const ucontext_t *uc, int fd, unsigned flags);
+
+/* 1 if precise (DWARF CFI) walking is available, i.e. libunwind was found. */
+CRAWL_API int crawl_walk_precise_available(void);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,53 @@
+/* Register capture for transition Frames (x86-64 System V).
+ *
+ * Written in assembly so the registers saved are exactly the caller's at
+ * the call: a C function's prologue would already have changed rbp/rsp and
+ * possibly callee-saved registers. Offsets match crawl_regs (common.h),
+ * which frame_types.c checks with _Static_assert. */
+
+        .text
+
+/* void crawl_capture_regs(crawl_regs *out) */
+        .globl  crawl_capture_regs
+        .type   crawl_capture_regs, @function
+        .p2align 4
+crawl_capture_regs:
+        .cfi_startproc
+        movq    (%rsp), %rax            /* return address: ip in the caller */
+        movq    %rax, 0(%rdi)
+        leaq    8(%rsp), %rax           /* caller's sp once the call returns */
+        movq    %rax, 8(%rdi)
+        movq    %rbp, 16(%rdi)
+        movq    %rbx, 24(%rdi)
+        movq    %r12, 32(%rdi)
+        movq    %r13, 40(%rdi)
+        movq    %r14, 48(%rdi)
+        movq    %r15, 56(%rdi)
+        ret
+        .cfi_endproc
+        .size   crawl_capture_regs, .-crawl_capture_regs
+
+/* void crawl_transition_push(crawl_transition *t, const crawl_frame_type *type)
+ * Saves the caller's registers into t->regs (offset 16), then tail-calls
+ * crawl__transition_link(t, type), which returns straight to the caller. */
+        .globl  crawl_transition_push
+        .type   crawl_transition_push, @function
+        .p2align 4
+crawl_transition_push:
+        .cfi_startproc
+        movq    (%rsp), %rax
+        movq    %rax, 16(%rdi)
+        leaq    8(%rsp), %rax
+        movq    %rax, 24(%rdi)
+        movq    %rbp, 32(%rdi)
+        movq    %rbx, 40(%rdi)
+        movq    %r12, 48(%rdi)
+        movq    %r13, 56(%rdi)
+        movq    %r14, 64(%rdi)
+        movq    %r15, 72(%rdi)
+        jmp     crawl__transition_link
+        .cfi_endproc
+        .size   crawl_transition_push, .-crawl_transition_push
+
+        .hidden crawl__transition_link
+        .section .note.GNU-stack,"",@progbits

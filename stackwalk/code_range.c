@@ -1,0 +1,147 @@
+/* JIT code ranges: a sorted table replaced copy-on-write, read lock-free.
+ *
+ * Writers (add/remove) take a mutex, build a new table and publish it with
+ * one atomic store. Readers announce themselves in a counter; a writer frees
+ * replaced tables only when it sees no reader, which with sequentially
+ * consistent operations means no reader can still hold one. */
+#include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "stackwalk/internal.h"
+
+typedef struct retired {
+    struct retired *next;
+    sw_range_table *table;
+} retired;
+
+static _Atomic(sw_range_table *) current;
+static atomic_uint readers;
+static pthread_mutex_t writer_lock = PTHREAD_MUTEX_INITIALIZER;
+static retired *retired_list;
+
+const sw_range_table *sw_ranges_enter(void)
+{
+    atomic_fetch_add(&readers, 1);
+    return atomic_load(&current);
+}
+
+void sw_ranges_exit(void)
+{
+    atomic_fetch_sub(&readers, 1);
+}
+
+const crawl_code_range *sw_range_lookup(const sw_range_table *t, uintptr_t ip)
+{
+    if (!t || t->n == 0 || ip < t->r[0].start)
+        return NULL;
+    size_t lo = 0, hi = t->n;            /* last entry with start <= ip */
+    while (hi - lo > 1) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (t->r[mid].start <= ip)
+            lo = mid;
+        else
+            hi = mid;
+    }
+    return ip < t->r[lo].end ? &t->r[lo] : NULL;
+}
+
+/* Publish t (under writer_lock) and free what no reader can hold. */
+static void publish(sw_range_table *t)
+{
+    sw_range_table *old = atomic_exchange(&current, t);
+    if (old) {
+        retired *r = malloc(sizeof *r);
+        if (r) {
+            r->table = old;
+            r->next = retired_list;
+            retired_list = r;
+        }
+        /* else: leak the old table rather than free it under a reader */
+    }
+    if (atomic_load(&readers) == 0) {
+        while (retired_list) {
+            retired *r = retired_list;
+            retired_list = r->next;
+            free(r->table);
+            free(r);
+        }
+    }
+}
+
+static int rule_valid(const crawl_unwind_rule *rule)
+{
+    if (!rule)
+        return 0;
+    if (rule->kind == CRAWL_UNWIND_FRAME_POINTER)
+        return 1;
+    return rule->kind == CRAWL_UNWIND_FIXED_FRAME && rule->frame_size >= sizeof(void *) &&
+           rule->frame_size % sizeof(void *) == 0 && rule->saved_fp_offset % 8 == 0;
+}
+
+int crawl_code_range_add(uintptr_t start, uintptr_t end, const void *method,
+                         const crawl_unwind_rule *rule, const char *name)
+{
+    if (start >= end || !rule_valid(rule))
+        return -EINVAL;
+    pthread_mutex_lock(&writer_lock);
+    const sw_range_table *old = atomic_load(&current);
+    size_t n = old ? old->n : 0;
+    size_t pos = 0;
+    while (pos < n && old->r[pos].start < start)
+        pos++;
+    if ((pos < n && old->r[pos].start < end) || (pos > 0 && old->r[pos - 1].end > start)) {
+        pthread_mutex_unlock(&writer_lock);
+        return -EEXIST;
+    }
+    sw_range_table *t = malloc(sizeof *t + (n + 1) * sizeof t->r[0]);
+    if (!t) {
+        pthread_mutex_unlock(&writer_lock);
+        return -ENOMEM;
+    }
+    t->n = n + 1;
+    if (pos)
+        memcpy(t->r, old->r, pos * sizeof t->r[0]);
+    t->r[pos] = (crawl_code_range){start, end, method, *rule, name};
+    if (n > pos)
+        memcpy(t->r + pos + 1, old->r + pos, (n - pos) * sizeof t->r[0]);
+    publish(t);
+    pthread_mutex_unlock(&writer_lock);
+    return 0;
+}
+
+int crawl_code_range_remove(uintptr_t start)
+{
+    pthread_mutex_lock(&writer_lock);
+    const sw_range_table *old = atomic_load(&current);
+    size_t n = old ? old->n : 0, pos = 0;
+    while (pos < n && old->r[pos].start != start)
+        pos++;
+    if (pos == n) {
+        pthread_mutex_unlock(&writer_lock);
+        return -ENOENT;
+    }
+    sw_range_table *t = malloc(sizeof *t + (n - 1) * sizeof t->r[0]);
+    if (!t) {
+        pthread_mutex_unlock(&writer_lock);
+        return -ENOMEM;
+    }
+    t->n = n - 1;
+    memcpy(t->r, old->r, pos * sizeof t->r[0]);
+    memcpy(t->r + pos, old->r + pos + 1, (n - pos - 1) * sizeof t->r[0]);
+    publish(t);
+    pthread_mutex_unlock(&writer_lock);
+    return 0;
+}
+
+int crawl_code_range_find(uintptr_t ip, crawl_code_range *out)
+{
+    const sw_range_table *t = sw_ranges_enter();
+    const crawl_code_range *r = sw_range_lookup(t, ip);
+    if (r && out)
+        *out = *r;
+    sw_ranges_exit();
+    return r != NULL;
+}

@@ -1,0 +1,86 @@
+/* Private to the stackwalk layer and the layers above it. */
+#ifndef CRAWL_STACKWALK_INTERNAL_H
+#define CRAWL_STACKWALK_INTERNAL_H
+
+#define UNW_LOCAL_ONLY
+#include <libunwind.h>
+
+#include <crawl/stackwalk.h>
+
+#include "frames/internal.h"
+
+/* ---- code ranges (code_range.c) ----------------------------------------- */
+typedef struct sw_range_table {
+    size_t n;
+    crawl_code_range r[];                /* sorted by start, disjoint */
+} sw_range_table;
+
+/* Readers bracket their use of the table; a writer frees a replaced table
+ * only when no reader is inside. Both calls are lock-free. */
+const sw_range_table *sw_ranges_enter(void);
+void sw_ranges_exit(void);
+const crawl_code_range *sw_range_lookup(const sw_range_table *t, uintptr_t ip);
+
+/* ---- libunwind, loaded with dlopen(RTLD_LOCAL) (unwind_dwarf.c) --------- */
+typedef struct sw_unw_api {
+    int (*init_local2)(unw_cursor_t *, unw_context_t *, int);
+    int (*step)(unw_cursor_t *);
+    int (*get_reg)(unw_cursor_t *, unw_regnum_t, unw_word_t *);
+    int (*is_signal_frame)(unw_cursor_t *);
+} sw_unw_api;
+
+/* The API, or NULL if libunwind could not be loaded. */
+const sw_unw_api *sw_unw(void);
+
+/* ---- the native cursor (unwind_fp.c, unwind_dwarf.c) -------------------- */
+enum { SW_OK = 0, SW_END = 1, SW_STOP = 2, SW_CORRUPT = 3 };
+
+typedef struct sw_cursor {
+    crawl_regs regs;                    /* the current frame */
+    unsigned exact;                     /* regs.ip is an exact pc */
+    unsigned precise;
+    unsigned need_init;                 /* precise: libunwind not yet positioned at regs */
+    unsigned from_signal;               /* precise: regs came from a signal context */
+    uintptr_t lo, hi;                   /* the thread's stack */
+    uintptr_t alo, ahi;                 /* the signal stack in use, or 0, 0 */
+    const sw_range_table *ranges;
+    unw_cursor_t unw;
+    ucontext_t uctx;                    /* register source for libunwind */
+} sw_cursor;
+
+void sw_cursor_init(sw_cursor *c, const crawl__thread *th, const crawl_regs *regs,
+                    unsigned exact, unsigned precise, const sw_range_table *ranges);
+/* Move to the caller. SW_OK: c->regs is the caller. SW_END: the stack ends
+ * here. SW_STOP: unwinding cannot go on (no unwind info). SW_CORRUPT: the
+ * stack is inconsistent. */
+int sw_step(sw_cursor *c);
+int sw_step_fp(sw_cursor *c);
+int sw_step_dwarf(sw_cursor *c);
+int sw_step_rule(sw_cursor *c, const crawl_code_range *r);
+
+static inline int sw_in_stack(const sw_cursor *c, uintptr_t a, size_t size)
+{
+    return (a >= c->lo && a < c->hi && size <= c->hi - a) ||
+           (a >= c->alo && a < c->ahi && size <= c->ahi - a);
+}
+
+/* sp may only move towards the stack base, or once from the signal stack
+ * to the thread's stack. */
+static inline int sw_progress(const sw_cursor *c, uintptr_t old_sp, uintptr_t new_sp)
+{
+    int old_alt = old_sp >= c->alo && old_sp < c->ahi;
+    int new_alt = new_sp >= c->alo && new_sp < c->ahi;
+    if (old_alt && !new_alt)
+        return new_sp >= c->lo && new_sp < c->hi;
+    return new_sp > old_sp && old_alt == new_alt;
+}
+
+/* ---- walking (walk.c) --------------------------------------------------- */
+/* Walk from regs (the frame of the function that captured them, skip
+ * frames of crawl's own are not reported). gregs: a signal context's
+ * registers, or NULL. */
+crawl_walk_status sw_walk(const crawl_regs *regs, unsigned exact, unsigned skip,
+                          crawl_walk_fn fn, void *ctx, unsigned flags);
+void sw_regs_from_ucontext(crawl_regs *r, const ucontext_t *uc);
+
+#endif

@@ -1,0 +1,104 @@
+/* Symbolization through elfutils libdwfl: function, file:line, module.
+ *
+ * One Dwfl session for the process, built on first use from
+ * /proc/self/maps and rebuilt when a pc falls outside every known module
+ * (code loaded with dlopen since). Serialized by a mutex: libdwfl sessions
+ * are not thread-safe. */
+#include <elfutils/libdwfl.h>
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "stackwalk/internal.h"
+
+static pthread_mutex_t sym_lock = PTHREAD_MUTEX_INITIALIZER;
+static Dwfl *session;
+
+static char *debuginfo_path;
+static const Dwfl_Callbacks callbacks = {
+    .find_elf = dwfl_linux_proc_find_elf,
+    .find_debuginfo = dwfl_standard_find_debuginfo,
+    .debuginfo_path = &debuginfo_path,
+};
+
+static Dwfl *open_session(void)
+{
+    Dwfl *d = dwfl_begin(&callbacks);
+    if (!d)
+        return NULL;
+    dwfl_report_begin(d);
+    if (dwfl_linux_proc_report(d, getpid()) != 0 || dwfl_report_end(d, NULL, NULL) != 0) {
+        dwfl_end(d);
+        return NULL;
+    }
+    return d;
+}
+
+static Dwfl_Module *find_module(uintptr_t pc)
+{
+    if (!session)
+        session = open_session();
+    Dwfl_Module *m = session ? dwfl_addrmodule(session, pc) : NULL;
+    if (!m) {
+        if (session)
+            dwfl_end(session);
+        session = open_session();
+        m = session ? dwfl_addrmodule(session, pc) : NULL;
+    }
+    return m;
+}
+
+/* Copy s into buf at *used; NULL if it does not fit. */
+static char *stash(const char *s, char *buf, size_t len, size_t *used, int *full)
+{
+    if (!s)
+        return NULL;
+    size_t n = strlen(s) + 1;
+    if (*used + n > len) {
+        *full = 1;
+        return NULL;
+    }
+    char *d = memcpy(buf + *used, s, n);
+    *used += n;
+    return d;
+}
+
+int crawl_symbolize(uintptr_t pc, crawl_symbol *out, char *buf, size_t len)
+{
+    memset(out, 0, sizeof *out);
+    pthread_mutex_lock(&sym_lock);
+    Dwfl_Module *m = find_module(pc);
+    if (!m) {
+        pthread_mutex_unlock(&sym_lock);
+        return -ENOENT;
+    }
+    size_t used = 0;
+    int full = 0;
+    Dwarf_Addr start = 0;
+    const char *mainfile = NULL;
+    const char *modname = dwfl_module_info(m, NULL, &start, NULL, NULL, NULL, &mainfile, NULL);
+    Dwarf_Addr bias = 0;
+    dwfl_module_getelf(m, &bias);
+    out->module = stash(mainfile ? mainfile : modname, buf, len, &used, &full);
+    out->module_offset = pc - (uintptr_t)bias;
+    char *fn = stash(dwfl_module_addrname(m, pc), buf, len, &used, &full);
+    /* "__libc_start_main@@GLIBC_2.34": the version is not part of the name */
+    char *at = fn ? strchr(fn, '@') : NULL;
+    if (at && at != fn)
+        *at = '\0';
+    out->function = fn;
+    Dwfl_Line *line = dwfl_module_getsrc(m, pc);
+    if (line) {
+        int lineno = 0, col = 0;
+        const char *file = dwfl_lineinfo(line, NULL, &lineno, &col, NULL, NULL);
+        if (file && lineno > 0) {
+            out->file = stash(file, buf, len, &used, &full);
+            out->line = lineno;
+            out->column = col;
+        }
+    }
+    pthread_mutex_unlock(&sym_lock);
+    return full ? -ENOSPC : 0;
+}

@@ -1,0 +1,95 @@
+/* The fast unwinder: the frame-pointer chain, and JIT code-range rules.
+ *
+ * Every load is bounds-checked against the thread's stack first, so a
+ * corrupt chain ends the walk instead of faulting (cf. compiler-rt's
+ * UnwindFast). A frame pointer that leaves the stack is the normal end of
+ * the chain: code without frame pointers uses rbp as a general register
+ * (glibc's __libc_start_call_main leaves 0x1 there), and that cannot be
+ * told apart from a corrupt value that points elsewhere. A frame pointer
+ * that stays on the stack but is misaligned or does not move towards the
+ * base is corruption. */
+#include "stackwalk/internal.h"
+
+static inline uintptr_t load(uintptr_t a)
+{
+    return *(const uintptr_t *)a;
+}
+
+int sw_step_fp(sw_cursor *c)
+{
+    uintptr_t fp = c->regs.fp;
+    if (!sw_in_stack(c, fp, 2 * sizeof(uintptr_t)))
+        return SW_END;
+    if ((fp & (sizeof(uintptr_t) - 1)) || fp < c->regs.sp)
+        return SW_CORRUPT;
+    uintptr_t ip = load(fp + 8);
+    uintptr_t sp = fp + 16;
+    if (!sw_progress(c, c->regs.sp, sp))
+        return SW_CORRUPT;
+    if (ip == 0)
+        return SW_END;
+    c->regs.ip = ip;
+    c->regs.sp = sp;
+    c->regs.fp = load(fp);
+    c->exact = 0;
+    return SW_OK;
+}
+
+int sw_step_rule(sw_cursor *c, const crawl_code_range *r)
+{
+    if (r->rule.kind == CRAWL_UNWIND_FRAME_POINTER) {
+        int st = sw_step_fp(c);
+        /* Registered code promised a frame pointer: leaving the stack is
+         * not a normal end here. */
+        return st == SW_END ? SW_STOP : st;
+    }
+    uintptr_t cfa = c->regs.sp + r->rule.frame_size;
+    if (cfa < c->regs.sp || !sw_in_stack(c, cfa - 8, 8))
+        return SW_STOP;
+    uintptr_t fp = c->regs.fp;
+    if (r->rule.saved_fp_offset) {
+        uintptr_t slot = cfa + (uintptr_t)(intptr_t)r->rule.saved_fp_offset;
+        if (!sw_in_stack(c, slot, 8))
+            return SW_CORRUPT;
+        fp = load(slot);
+    }
+    uintptr_t ip = load(cfa - 8);
+    if (!sw_progress(c, c->regs.sp, cfa))
+        return SW_CORRUPT;
+    if (ip == 0)
+        return SW_END;
+    c->regs.ip = ip;
+    c->regs.sp = cfa;
+    c->regs.fp = fp;
+    c->exact = 0;
+    return SW_OK;
+}
+
+void sw_cursor_init(sw_cursor *c, const crawl__thread *th, const crawl_regs *regs,
+                    unsigned exact, unsigned precise, const sw_range_table *ranges)
+{
+    c->regs = *regs;
+    c->exact = exact;
+    c->precise = precise;
+    c->need_init = precise;
+    c->from_signal = exact;
+    c->lo = th->stack_lo;
+    c->hi = th->stack_hi;
+    c->alo = c->ahi = 0;
+    c->ranges = ranges;
+    /* Only a walk that starts on the signal stack needs its bounds. */
+    if (!(regs->sp >= c->lo && regs->sp < c->hi))
+        crawl__current_altstack(&c->alo, &c->ahi);
+}
+
+int sw_step(sw_cursor *c)
+{
+    const crawl_code_range *r = c->ranges ? sw_range_lookup(c->ranges, c->regs.ip) : NULL;
+    if (r) {
+        int st = sw_step_rule(c, r);
+        c->need_init = c->precise;       /* libunwind restarts from the new registers */
+        c->from_signal = 0;
+        return st;
+    }
+    return c->precise ? sw_step_dwarf(c) : sw_step_fp(c);
+}

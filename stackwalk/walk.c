@@ -1,0 +1,245 @@
+/* The mixed walk: Frames merged with native frames by stack address.
+ *
+ * Two cursors: the native one (sw_cursor) and the next unreported Frame.
+ * Before native frame N is reported, every Frame below N's canonical frame
+ * address (the caller's sp) is reported, newest first. When native
+ * unwinding stops, the walk resumes from the next Frame that saved
+ * registers (a transition Frame), so no Frame is ever dropped. */
+#include <stdatomic.h>
+
+#include "stackwalk/internal.h"
+
+struct crawl_cf {
+    crawl_kind kind;
+    unsigned flags;
+    unsigned depth;
+    uintptr_t ip, sp;
+    crawl_frame *frame;
+    const void *method;
+    const crawl_regs *regs;
+    const crawl_vm_frame *vm;
+    const char *name;
+};
+
+typedef struct walk {
+    crawl_walk_fn fn;
+    void *ctx;
+    unsigned flags;
+    unsigned depth;
+    unsigned gap;                       /* CRAWL_CF_AFTER_GAP for the next report */
+    unsigned frames_left;               /* chain length bound: a cyclic chain is corrupt */
+    int corrupt, aborted;
+    crawl_frame *next;                  /* next unreported Frame */
+    sw_cursor cur;
+} walk;
+
+/* A VM hook that never says "no more" must not hang the walk. */
+#define MAX_VM_FRAMES_PER_SEGMENT (1u << 20)
+
+static void emit(walk *w, crawl_cf *cf)
+{
+    cf->depth = w->depth++;
+    cf->flags |= w->gap;
+    w->gap = 0;
+    if (w->fn(cf, w->ctx) != CRAWL_CONTINUE)
+        w->aborted = 1;
+}
+
+static int frame_valid(const walk *w, const crawl_frame *f)
+{
+    uintptr_t a = (uintptr_t)f;
+    return w->frames_left > 0 && !(a & (sizeof(void *) - 1)) &&
+           sw_in_stack(&w->cur, a, sizeof *f) && crawl__type_known(f->type);
+}
+
+static const crawl_regs *frame_regs(const walk *w, const crawl_frame *f)
+{
+    const crawl_frame_type *t = f->type;
+    if (!(t->flags & CRAWL_FRAME_SAVES_REGS))
+        return NULL;
+    uintptr_t a = (uintptr_t)f + t->regs_offset;
+    return sw_in_stack(&w->cur, a, sizeof(crawl_regs)) ? (const crawl_regs *)a : NULL;
+}
+
+static void report_frame(walk *w, crawl_frame *f)
+{
+    const crawl_frame_type *t = f->type;
+    if (w->flags & CRAWL_WALK_SKIP_FRAMES)
+        return;
+    if (t->kind == CRAWL_FRAME_KIND_INTERP && t->vm_next && !(w->flags & CRAWL_WALK_NO_VM)) {
+        crawl_vm_frame vf = {0};
+        for (unsigned i = 0; i < MAX_VM_FRAMES_PER_SEGMENT && !w->aborted; i++) {
+            if (t->vm_next(f, &vf) != 1)
+                break;
+            crawl_cf cf = {.kind = CRAWL_CF_VM, .ip = vf.pc, .sp = (uintptr_t)f, .frame = f,
+                           .method = vf.method, .vm = &vf, .name = t->name};
+            emit(w, &cf);
+        }
+        return;
+    }
+    if ((w->flags & CRAWL_WALK_FUNCTIONS_ONLY) && !(t->flags & CRAWL_FRAME_FUNCTION))
+        return;
+    const crawl_regs *regs = frame_regs(w, f);
+    crawl_cf cf = {.kind = CRAWL_CF_FRAME, .flags = regs ? CRAWL_CF_HAS_REGS : 0,
+                   .ip = regs ? regs->ip : 0, .sp = (uintptr_t)f, .frame = f,
+                   .method = t->method ? t->method(f) : NULL, .regs = regs, .name = t->name};
+    emit(w, &cf);
+}
+
+/* Take the next Frame off the chain, or NULL (at the end, or on a corrupt
+ * Frame, which ends Frame reporting and fails the walk). */
+static crawl_frame *take_frame(walk *w)
+{
+    crawl_frame *f = w->next;
+    if (!f)
+        return NULL;
+    if (!frame_valid(w, f)) {
+        w->corrupt = 1;
+        w->next = NULL;
+        return NULL;
+    }
+    w->next = f->next;
+    w->frames_left--;
+    return f;
+}
+
+static void report_frames_below(walk *w, uintptr_t limit)
+{
+    while (!w->aborted && w->next && (uintptr_t)w->next < limit) {
+        crawl_frame *f = take_frame(w);
+        if (f)
+            report_frame(w, f);
+    }
+}
+
+static void report_native(walk *w, const crawl_regs *r, unsigned exact, unsigned precise)
+{
+    const crawl_code_range *range = w->cur.ranges ? sw_range_lookup(w->cur.ranges, r->ip) : NULL;
+    if (!range && (w->flags & CRAWL_WALK_SKIP_NATIVE))
+        return;
+    (void)precise;
+    crawl_cf cf = {.kind = range ? CRAWL_CF_JIT : CRAWL_CF_NATIVE,
+                   .flags = CRAWL_CF_HAS_REGS | (exact ? CRAWL_CF_EXACT_IP : 0),
+                   .ip = r->ip, .sp = r->sp, .regs = r,
+                   .method = range ? range->method : NULL, .name = range ? range->name : NULL};
+    emit(w, &cf);
+}
+
+/* Native unwinding stopped at a frame whose sp is stop_sp. Report the
+ * Frames up to the next one that saved registers past stop_sp and resume
+ * the native cursor there; 0 if there is no such Frame (the remaining
+ * Frames have then all been reported). */
+static int resume_from_frame(walk *w, uintptr_t stop_sp)
+{
+    w->gap = CRAWL_CF_AFTER_GAP;
+    while (!w->aborted && w->next) {
+        crawl_frame *f = w->next;
+        if (!frame_valid(w, f)) {
+            take_frame(w);               /* marks the walk corrupt */
+            return 0;
+        }
+        const crawl_regs *regs = frame_regs(w, f);
+        if (regs && regs->sp > stop_sp && sw_in_stack(&w->cur, regs->sp, 1)) {
+            /* f itself is reported by the merge, inside its pusher's frame. */
+            crawl_regs start = *regs;
+            sw_cursor_init(&w->cur, crawl__self(), &start, 0, w->cur.precise, w->cur.ranges);
+            return 1;
+        }
+        report_frame(w, take_frame(w));
+    }
+    return 0;
+}
+
+crawl_walk_status sw_walk(const crawl_regs *regs, unsigned exact, unsigned skip,
+                          crawl_walk_fn fn, void *ctx, unsigned flags)
+{
+    if (!fn)
+        return CRAWL_WALK_FAILED;
+    crawl__thread *th = crawl__self();
+    if (!th->attached) {
+        if ((flags & CRAWL_WALK_SIGNAL_SAFE) || crawl_thread_attach() != 0)
+            return CRAWL_WALK_FAILED;
+    }
+    unsigned precise = !(flags & CRAWL_WALK_FAST);
+    if (precise && !sw_unw())
+        return CRAWL_WALK_FAILED;
+
+    walk w = {.fn = fn, .ctx = ctx, .flags = flags, .frames_left = th->nframes};
+    atomic_signal_fence(memory_order_acquire);
+    w.next = th->top;
+    const sw_range_table *ranges = sw_ranges_enter();
+    if (ranges && ranges->n == 0)
+        ranges = NULL;
+    sw_cursor_init(&w.cur, th, regs, exact, precise, ranges);
+
+    if ((flags & CRAWL_WALK_SKIP_NATIVE) && !ranges) {
+        /* Nothing native to report: the chain alone is in order. */
+        report_frames_below(&w, UINTPTR_MAX);
+    } else {
+        int live = 1;
+        while (live && !w.aborted) {
+            crawl_regs r = w.cur.regs;
+            unsigned r_exact = w.cur.exact;
+            int st = sw_step(&w.cur);
+            if (st == SW_OK) {
+                if (skip) {
+                    skip--;
+                    continue;
+                }
+                report_frames_below(&w, w.cur.regs.sp);
+                if (!w.aborted)
+                    report_native(&w, &r, r_exact, precise);
+                continue;
+            }
+            if (st == SW_CORRUPT)
+                w.corrupt = 1;
+            /* Frames below r's sp surely belong to newer frames. */
+            report_frames_below(&w, r.sp);
+            if (!w.aborted && !skip)
+                report_native(&w, &r, r_exact, precise);
+            skip = 0;
+            if (!w.aborted && w.next)
+                live = resume_from_frame(&w, r.sp);
+            else
+                live = 0;
+        }
+    }
+    sw_ranges_exit();
+    if (w.aborted)
+        return CRAWL_WALK_ABORTED;
+    return w.corrupt ? CRAWL_WALK_FAILED : CRAWL_WALK_DONE;
+}
+
+/* crawl's own frame must still exist while the walk reads it: no tail call. */
+#define NO_TAIL(x) __asm__ volatile("" : "+r"(x))
+
+crawl_walk_status crawl_walk(crawl_walk_fn fn, void *ctx, unsigned flags)
+{
+    crawl_regs r;
+    crawl_capture_regs(&r);
+    crawl_walk_status st = sw_walk(&r, 0, 1, fn, ctx, flags);
+    NO_TAIL(st);
+    return st;
+}
+
+crawl_walk_status crawl_walk_context(const ucontext_t *uc, crawl_walk_fn fn, void *ctx,
+                                     unsigned flags)
+{
+    if (!uc)
+        return CRAWL_WALK_FAILED;
+    crawl_regs r;
+    sw_regs_from_ucontext(&r, uc);
+    return sw_walk(&r, 1, 0, fn, ctx, flags);
+}
+
+/* ---- accessors ----------------------------------------------------------- */
+crawl_kind crawl_cf_kind(const crawl_cf *cf) { return cf->kind; }
+uintptr_t crawl_cf_ip(const crawl_cf *cf) { return cf->ip; }
+uintptr_t crawl_cf_sp(const crawl_cf *cf) { return cf->sp; }
+crawl_frame *crawl_cf_frame(const crawl_cf *cf) { return cf->frame; }
+const void *crawl_cf_method(const crawl_cf *cf) { return cf->method; }
+unsigned crawl_cf_depth(const crawl_cf *cf) { return cf->depth; }
+unsigned crawl_cf_flags(const crawl_cf *cf) { return cf->flags; }
+const crawl_regs *crawl_cf_regs(const crawl_cf *cf) { return cf->regs; }
+const crawl_vm_frame *crawl_cf_vm_frame(const crawl_cf *cf) { return cf->vm; }
+const char *crawl_cf_name(const crawl_cf *cf) { return cf->name; }

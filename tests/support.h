@@ -1,0 +1,54 @@
+/* Helpers shared by the cmocka tests: record a walk, name its frames. */
+#ifndef CRAWL_TEST_SUPPORT_H
+#define CRAWL_TEST_SUPPORT_H
+
+#include <crawl/crawl.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <cmocka.h>
+
+#define NOINLINE __attribute__((noinline))
+
+typedef struct rec {
+    crawl_kind kind;
+    unsigned flags, depth;
+    uintptr_t ip, sp;
+    crawl_frame *frame;
+    const void *method;
+    int has_regs;
+    char name[160];     /* label, Frame type name, VM describe text or native function */
+    char module[160];   /* native frames: the ELF module (dladdr) */
+} rec;
+
+typedef struct trace {
+    rec r[512];
+    unsigned n;
+    unsigned limit;     /* abort after this many reports when non-zero */
+    crawl_walk_status st;
+} trace;
+
+/* A Frame that carries a test label; its describe() is the label. */
+typedef struct label_frame {
+    crawl_frame frame;
+    const char *label;
+} label_frame;
+
+extern const crawl_frame_type t_label_type;       /* CRAWL_FRAME_FUNCTION */
+extern const crawl_frame_type t_plain_type;       /* no flags */
+
+crawl_action t_record(const crawl_cf *cf, void *ctx);
+/* Fill name/module of every record (call after the walk). */
+void t_name(trace *t);
+/* Index of the first record at or after `from` whose name is `name`, or -1. */
+int t_find(const trace *t, const char *name, unsigned from);
+void t_dump(const trace *t, const char *title);
+/* Check the invariants every walk must keep: depths 0..n-1, native sp
+ * strictly increasing, every Frame reported before the first native frame
+ * whose sp is above it. */
+void t_check_order(const trace *t);
+
+/* Run fn in a child process; return its wait status and its stderr in buf. */
+int t_run_child(void (*fn)(void), char *buf, size_t len);
+
+#endif
