@@ -135,23 +135,28 @@ static void check_qsort_trace(unsigned flags)
     EXPECT(strcmp(T.r[2].name, "compare_ints") == 0);
     int tr = t_find(&T, "[transition]", 3);
     EXPECT(tr > 3);
-    /* between the comparator and the transition Frame: libc's sorting code only */
+    /* between the comparator and the transition Frame: libc's sorting code only
+     * (under AddressSanitizer, its qsort interceptor calls the comparator first) */
     for (int i = 3; i < tr; i++)
-        EXPECT(T.r[i].kind == CRAWL_CF_NATIVE && strstr(T.r[i].module, "libc.so"));
+        EXPECT(T.r[i].kind == CRAWL_CF_NATIVE &&
+               (strstr(T.r[i].module, "libc.so") || strstr(T.r[i].module, "libasan")));
     EXPECT(T.r[tr].has_regs && T.r[tr].ip != 0);
     EXPECT(strcmp(T.r[tr + 1].name, "script:sort_all") == 0);
     EXPECT(strcmp(T.r[tr + 2].name, "vm_calls_qsort") == 0);
     EXPECT(strcmp(T.r[tr + 3].name, "check_qsort_interleaving") == 0);
     if (flags & FAST) {
-        /* libc has no frame pointers: the fast walk resumed at the transition */
-        EXPECT(T.r[tr].flags & CRAWL_CF_AFTER_GAP);
-        EXPECT(T.r[tr + 2].ip == ((crawl_transition *)T.r[tr].frame)->regs.ip);
+        /* libc has no frame pointers: the fast walk resumed at the transition
+         * (under AddressSanitizer the caller is its interceptor, which has) */
+        if (strstr(T.r[tr - 1].module, "libc.so")) {
+            EXPECT(T.r[tr].flags & CRAWL_CF_AFTER_GAP);
+            EXPECT(T.r[tr + 2].ip == ((crawl_transition *)T.r[tr].frame)->regs.ip);
+        }
     } else {
         /* DWARF CFI walks through libc and names qsort's entry point */
         EXPECT(!(T.r[tr].flags & CRAWL_CF_AFTER_GAP));
         int q = -1;
         for (int i = 3; i < tr; i++)
-            if (strncmp(T.r[i].name, "qsort", 5) == 0)
+            if (strstr(T.r[i].name, "qsort"))
                 q = i;
         EXPECT(q == tr - 1);
         /* no Frame reported after a gap anywhere */
