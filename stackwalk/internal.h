@@ -35,21 +35,28 @@ const sw_unw_api *sw_unw(void);
 /* ---- the native cursor (unwind_fp.c, unwind_dwarf.c) -------------------- */
 enum { SW_OK = 0, SW_END = 1, SW_STOP = 2, SW_CORRUPT = 3 };
 
+/* libunwind's state: large (about 2 KiB), so kept apart from sw_cursor and
+ * never zero-filled; only precise walks touch it. */
+typedef struct sw_dwarf {
+    unw_cursor_t unw;
+    ucontext_t uctx;                    /* register source for libunwind */
+} sw_dwarf;
+
 typedef struct sw_cursor {
     crawl_regs regs;                    /* the current frame */
     unsigned exact;                     /* regs.ip is an exact pc */
-    unsigned precise;
     unsigned need_init;                 /* precise: libunwind not yet positioned at regs */
     unsigned from_signal;               /* precise: regs came from a signal context */
     uintptr_t lo, hi;                   /* the thread's stack */
     uintptr_t alo, ahi;                 /* the signal stack in use, or 0, 0 */
     const sw_range_table *ranges;
-    unw_cursor_t unw;
-    ucontext_t uctx;                    /* register source for libunwind */
+    sw_dwarf *dwarf;                    /* NULL: fast (frame-pointer) mode */
 } sw_cursor;
 
 void sw_cursor_init(sw_cursor *c, const crawl__thread *th, const crawl_regs *regs,
-                    unsigned exact, unsigned precise, const sw_range_table *ranges);
+                    unsigned exact, sw_dwarf *dwarf, const sw_range_table *ranges);
+/* Reposition c at regs (resuming from a transition Frame). */
+void sw_cursor_reset(sw_cursor *c, const crawl_regs *regs, unsigned exact);
 /* Move to the caller. SW_OK: c->regs is the caller. SW_END: the stack ends
  * here. SW_STOP: unwinding cannot go on (no unwind info). SW_CORRUPT: the
  * stack is inconsistent. */
@@ -73,6 +80,29 @@ static inline int sw_progress(const sw_cursor *c, uintptr_t old_sp, uintptr_t ne
     if (old_alt && !new_alt)
         return new_sp >= c->lo && new_sp < c->hi;
     return new_sp > old_sp && old_alt == new_alt;
+}
+
+/* One frame-pointer step on (ip, sp, fp); see unwind_fp.c for the rules.
+ * Inline because the fast walk's loop is built around it. */
+static inline int sw_fp_step(const sw_cursor *c, uintptr_t *ip, uintptr_t *sp, uintptr_t *fp)
+{
+    uintptr_t f = *fp;
+    if (!sw_in_stack(c, f, 2 * sizeof(uintptr_t)))
+        return SW_END;
+    if ((f & (sizeof(uintptr_t) - 1)) || f < *sp)
+        return SW_CORRUPT;
+    uintptr_t nip = ((const uintptr_t *)f)[1];
+    uintptr_t nsp = f + 16;
+    /* f >= sp already makes nsp > sp on one stack; only a signal stack
+     * needs the full rule. */
+    if (c->ahi && !sw_progress(c, *sp, nsp))
+        return SW_CORRUPT;
+    if (nip == 0)
+        return SW_END;
+    *ip = nip;
+    *sp = nsp;
+    *fp = ((const uintptr_t *)f)[0];
+    return SW_OK;
 }
 
 /* ---- walking (walk.c) --------------------------------------------------- */

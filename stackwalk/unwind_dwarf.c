@@ -93,23 +93,24 @@ int sw_step_dwarf(sw_cursor *c)
     const sw_unw_api *u = sw_unw();
     if (!u)
         return SW_STOP;
+    sw_dwarf *d = c->dwarf;
     if (c->need_init) {
-        memset(&c->uctx.uc_mcontext, 0, sizeof c->uctx.uc_mcontext);
-        regs_to_uctx(&c->uctx, &c->regs);
-        if (u->init_local2(&c->unw, &c->uctx, c->from_signal ? UNW_INIT_SIGNAL_FRAME : 0) < 0)
+        memset(&d->uctx.uc_mcontext, 0, sizeof d->uctx.uc_mcontext);
+        regs_to_uctx(&d->uctx, &c->regs);
+        if (u->init_local2(&d->unw, &d->uctx, c->from_signal ? UNW_INIT_SIGNAL_FRAME : 0) < 0)
             return SW_STOP;
         c->need_init = 0;
     }
     /* Stepping out of a signal trampoline lands on an interrupted frame,
      * whose ip is exact rather than a return address. */
-    int sig = u->is_signal_frame(&c->unw) > 0;
-    int rc = u->step(&c->unw);
+    int sig = u->is_signal_frame(&d->unw) > 0;
+    int rc = u->step(&d->unw);
     if (rc == 0)
         return SW_END;
     if (rc < 0)
         return SW_STOP;
     crawl_regs next;
-    if (read_regs(u, &c->unw, &next) < 0)
+    if (read_regs(u, &d->unw, &next) < 0)
         return SW_STOP;
     if (!sw_in_stack(c, next.sp, 1) || !sw_progress(c, c->regs.sp, next.sp))
         return SW_CORRUPT;

@@ -17,22 +17,10 @@ static inline uintptr_t load(uintptr_t a)
 
 int sw_step_fp(sw_cursor *c)
 {
-    uintptr_t fp = c->regs.fp;
-    if (!sw_in_stack(c, fp, 2 * sizeof(uintptr_t)))
-        return SW_END;
-    if ((fp & (sizeof(uintptr_t) - 1)) || fp < c->regs.sp)
-        return SW_CORRUPT;
-    uintptr_t ip = load(fp + 8);
-    uintptr_t sp = fp + 16;
-    if (!sw_progress(c, c->regs.sp, sp))
-        return SW_CORRUPT;
-    if (ip == 0)
-        return SW_END;
-    c->regs.ip = ip;
-    c->regs.sp = sp;
-    c->regs.fp = load(fp);
-    c->exact = 0;
-    return SW_OK;
+    int st = sw_fp_step(c, &c->regs.ip, &c->regs.sp, &c->regs.fp);
+    if (st == SW_OK)
+        c->exact = 0;
+    return st;
 }
 
 int sw_step_rule(sw_cursor *c, const crawl_code_range *r)
@@ -65,14 +53,19 @@ int sw_step_rule(sw_cursor *c, const crawl_code_range *r)
     return SW_OK;
 }
 
-void sw_cursor_init(sw_cursor *c, const crawl__thread *th, const crawl_regs *regs,
-                    unsigned exact, unsigned precise, const sw_range_table *ranges)
+void sw_cursor_reset(sw_cursor *c, const crawl_regs *regs, unsigned exact)
 {
     c->regs = *regs;
     c->exact = exact;
-    c->precise = precise;
-    c->need_init = precise;
+    c->need_init = c->dwarf != NULL;
     c->from_signal = exact;
+}
+
+void sw_cursor_init(sw_cursor *c, const crawl__thread *th, const crawl_regs *regs,
+                    unsigned exact, sw_dwarf *dwarf, const sw_range_table *ranges)
+{
+    c->dwarf = dwarf;
+    sw_cursor_reset(c, regs, exact);
     c->lo = th->stack_lo;
     c->hi = th->stack_hi;
     c->alo = c->ahi = 0;
@@ -87,9 +80,9 @@ int sw_step(sw_cursor *c)
     const crawl_code_range *r = c->ranges ? sw_range_lookup(c->ranges, c->regs.ip) : NULL;
     if (r) {
         int st = sw_step_rule(c, r);
-        c->need_init = c->precise;       /* libunwind restarts from the new registers */
+        c->need_init = c->dwarf != NULL; /* libunwind restarts from the new registers */
         c->from_signal = 0;
         return st;
     }
-    return c->precise ? sw_step_dwarf(c) : sw_step_fp(c);
+    return c->dwarf ? sw_step_dwarf(c) : sw_step_fp(c);
 }

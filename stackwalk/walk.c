@@ -112,12 +112,11 @@ static void report_frames_below(walk *w, uintptr_t limit)
     }
 }
 
-static void report_native(walk *w, const crawl_regs *r, unsigned exact, unsigned precise)
+static void report_native(walk *w, const crawl_regs *r, unsigned exact)
 {
     const crawl_code_range *range = w->cur.ranges ? sw_range_lookup(w->cur.ranges, r->ip) : NULL;
     if (!range && (w->flags & CRAWL_WALK_SKIP_NATIVE))
         return;
-    (void)precise;
     crawl_cf cf = {.kind = range ? CRAWL_CF_JIT : CRAWL_CF_NATIVE,
                    .flags = CRAWL_CF_HAS_REGS | (exact ? CRAWL_CF_EXACT_IP : 0),
                    .ip = r->ip, .sp = r->sp, .regs = r,
@@ -142,12 +141,94 @@ static int resume_from_frame(walk *w, uintptr_t stop_sp)
         if (regs && regs->sp > stop_sp && sw_in_stack(&w->cur, regs->sp, 1)) {
             /* f itself is reported by the merge, inside its pusher's frame. */
             crawl_regs start = *regs;
-            sw_cursor_init(&w->cur, crawl__self(), &start, 0, w->cur.precise, w->cur.ranges);
+            sw_cursor_reset(&w->cur, &start, 0);
             return 1;
         }
         report_frame(w, take_frame(w));
     }
     return 0;
+}
+
+/* The hot path of fast walks without JIT code ranges. Runs until a step
+ * fails (returning its status, w->cur left at the frame it failed on, not
+ * yet reported) or the callback aborts.
+ *
+ * Unwinding and reporting alternate in batches: a call-free loop unwinds up
+ * to FAST_BATCH frames into a local buffer, then a second loop reports them.
+ * With the callback inside the unwinding loop the compiler spilled and
+ * reloaded a dozen live values around every call (5.5 ns per frame against
+ * 2.1 for a bare loop plus one indirect call). A batch stops early when a
+ * Frame lies inside the frame just buffered, so the merge rule holds. */
+#define FAST_BATCH 32
+
+typedef struct fast_entry {
+    uintptr_t ip, sp, fp;
+} fast_entry;
+
+static int fast_run(walk *w, unsigned *skip_io)
+{
+    sw_cursor *c = &w->cur;
+    const sw_cursor bounds = *c;
+    uintptr_t ip = c->regs.ip, sp = c->regs.sp, fp = c->regs.fp;
+    unsigned first_flags = c->exact ? CRAWL_CF_EXACT_IP : 0;
+    unsigned skip = *skip_io;
+    fast_entry buf[FAST_BATCH];
+    crawl_regs regs = {0};
+    crawl_cf cf = {.kind = CRAWL_CF_NATIVE, .regs = &regs};
+    int st = SW_OK;
+    while (st == SW_OK && !w->aborted) {
+        /* unwind a batch */
+        uintptr_t next_frame = (uintptr_t)w->next;
+        unsigned n = 0;
+        while (n < FAST_BATCH) {
+            uintptr_t nip = ip, nsp = sp, nfp = fp;
+            st = sw_fp_step(&bounds, &nip, &nsp, &nfp);
+            if (st != SW_OK)
+                break;
+            if (skip) {
+                skip--;
+            } else {
+                buf[n].ip = ip, buf[n].sp = sp, buf[n].fp = fp;
+                n++;
+            }
+            ip = nip, sp = nsp, fp = nfp;
+            if (next_frame && next_frame < sp)
+                break;
+        }
+        /* report it: native i's frame ends at the next one's sp */
+        crawl_walk_fn fn = w->fn;
+        void *ctx = w->ctx;
+        unsigned depth = w->depth, flags = CRAWL_CF_HAS_REGS | first_flags;
+        for (unsigned i = 0; i < n; i++) {
+            uintptr_t cfa = i + 1 < n ? buf[i + 1].sp : sp;
+            if (next_frame && next_frame < cfa) {
+                w->depth = depth;
+                report_frames_below(w, cfa);
+                depth = w->depth;
+                next_frame = (uintptr_t)w->next;
+                if (w->aborted)
+                    break;
+            }
+            regs.ip = cf.ip = buf[i].ip;
+            regs.sp = cf.sp = buf[i].sp;
+            regs.fp = buf[i].fp;
+            cf.flags = flags | w->gap;    /* a gap may come from report_frames_below */
+            cf.depth = depth++;
+            flags = CRAWL_CF_HAS_REGS;
+            w->gap = 0;
+            if (fn(&cf, ctx) != CRAWL_CONTINUE) {
+                w->aborted = 1;
+                break;
+            }
+        }
+        w->depth = depth;
+        if (n)
+            first_flags = 0;
+    }
+    *skip_io = skip;
+    c->regs.ip = ip, c->regs.sp = sp, c->regs.fp = fp;
+    c->exact = first_flags != 0;
+    return st;
 }
 
 crawl_walk_status sw_walk(const crawl_regs *regs, unsigned exact, unsigned skip,
@@ -164,13 +245,14 @@ crawl_walk_status sw_walk(const crawl_regs *regs, unsigned exact, unsigned skip,
     if (precise && !sw_unw())
         return CRAWL_WALK_FAILED;
 
+    sw_dwarf dwarf;                     /* left uninitialized: libunwind fills it */
     walk w = {.fn = fn, .ctx = ctx, .flags = flags, .frames_left = th->nframes};
     atomic_signal_fence(memory_order_acquire);
     w.next = th->top;
     const sw_range_table *ranges = sw_ranges_enter();
     if (ranges && ranges->n == 0)
         ranges = NULL;
-    sw_cursor_init(&w.cur, th, regs, exact, precise, ranges);
+    sw_cursor_init(&w.cur, th, regs, exact, precise ? &dwarf : NULL, ranges);
 
     if ((flags & CRAWL_WALK_SKIP_NATIVE) && !ranges) {
         /* Nothing native to report: the chain alone is in order. */
@@ -178,25 +260,37 @@ crawl_walk_status sw_walk(const crawl_regs *regs, unsigned exact, unsigned skip,
     } else {
         int live = 1;
         while (live && !w.aborted) {
-            crawl_regs r = w.cur.regs;
-            unsigned r_exact = w.cur.exact;
-            int st = sw_step(&w.cur);
-            if (st == SW_OK) {
-                if (skip) {
-                    skip--;
+            crawl_regs r;
+            unsigned r_exact;
+            int st;
+            if (!precise && !ranges) {
+                st = fast_run(&w, &skip);
+                if (w.aborted)
+                    break;
+                r = w.cur.regs;
+                r_exact = w.cur.exact;
+            } else {
+                r = w.cur.regs;
+                r_exact = w.cur.exact;
+                st = sw_step(&w.cur);
+                if (st == SW_OK) {
+                    if (skip) {
+                        skip--;
+                        continue;
+                    }
+                    report_frames_below(&w, w.cur.regs.sp);
+                    if (!w.aborted)
+                        report_native(&w, &r, r_exact);
                     continue;
                 }
-                report_frames_below(&w, w.cur.regs.sp);
-                if (!w.aborted)
-                    report_native(&w, &r, r_exact, precise);
-                continue;
             }
+            /* Unwinding stopped at r. */
             if (st == SW_CORRUPT)
                 w.corrupt = 1;
             /* Frames below r's sp surely belong to newer frames. */
             report_frames_below(&w, r.sp);
             if (!w.aborted && !skip)
-                report_native(&w, &r, r_exact, precise);
+                report_native(&w, &r, r_exact);
             skip = 0;
             if (!w.aborted && w.next)
                 live = resume_from_frame(&w, r.sp);

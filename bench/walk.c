@@ -1,0 +1,248 @@
+/* bench/walk: ns per frame for crawl's walks and the unwinders a user would
+ * otherwise pick, in one process, at depths 8, 32 and 128.
+ *
+ * Every method unwinds exactly `depth` frames from the bottom of a
+ * recursion built with frame pointers (a walk that would go further is cut
+ * there), so ns/frame compare like with like. Each figure is the median of
+ * 15 batches. libunwind is opened with dlopen(RTLD_LOCAL) here too, so
+ * glibc's backtrace() and libgcc's _Unwind_Backtrace are the real ones. */
+#define _GNU_SOURCE
+#include <crawl/crawl.h>
+#include <dlfcn.h>
+#include <execinfo.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unwind.h>
+#define UNW_LOCAL_ONLY
+#include <libunwind.h>
+
+#define BATCHES 15
+#define MAX_DEPTH 128
+
+static int (*p_unw_backtrace)(void **, int);
+static int (*p_getcontext)(unw_context_t *);
+static int (*p_init_local)(unw_cursor_t *, unw_context_t *);
+static int (*p_step)(unw_cursor_t *);
+static int (*p_get_reg)(unw_cursor_t *, unw_regnum_t, unw_word_t *);
+
+static unsigned depth;
+static void *sink[MAX_DEPTH + 8];
+static volatile unsigned long guard;
+
+/* ---- the methods: each unwinds `depth` frames from its caller ------------ */
+
+__attribute__((noinline)) static int bare_fp_loop(void)
+{
+    void **fp = __builtin_frame_address(0);
+    unsigned n = 0;
+    while (n < depth && fp) {
+        sink[n++] = fp[1];
+        fp = (void **)fp[0];
+    }
+    return (int)n;
+}
+
+/* The callback does what the bare loop does: store the pc, stop at depth. */
+static crawl_action take(const crawl_cf *cf, void *ctx)
+{
+    (void)ctx;
+    unsigned d = crawl_cf_depth(cf);
+    sink[d] = (void *)crawl_cf_ip(cf);
+    return d + 1 >= depth ? CRAWL_ABORT : CRAWL_CONTINUE;
+}
+
+static int taken(void)
+{
+    unsigned n = 0;
+    while (n < depth && sink[n])
+        n++;
+    return (int)n;
+}
+
+__attribute__((noinline)) static int crawl_fast(void)
+{
+    sink[depth - 1] = NULL;
+    crawl_walk(take, NULL, CRAWL_WALK_FAST);
+    return sink[depth - 1] ? (int)depth : taken();
+}
+
+__attribute__((noinline)) static int crawl_precise(void)
+{
+    sink[depth - 1] = NULL;
+    crawl_walk(take, NULL, 0);
+    return sink[depth - 1] ? (int)depth : taken();
+}
+
+__attribute__((noinline)) static int glibc_backtrace(void)
+{
+    return backtrace(sink, (int)depth);
+}
+
+typedef struct { unsigned n; } ub_state;
+static _Unwind_Reason_Code ub_take(struct _Unwind_Context *ctx, void *arg)
+{
+    ub_state *s = arg;
+    sink[s->n] = (void *)_Unwind_GetIP(ctx);
+    return ++s->n >= depth ? _URC_END_OF_STACK : _URC_NO_REASON;
+}
+
+__attribute__((noinline)) static int libgcc_unwind_backtrace(void)
+{
+    ub_state s = {0};
+    _Unwind_Backtrace(ub_take, &s);
+    return (int)s.n;
+}
+
+__attribute__((noinline)) static int libunwind_backtrace(void)
+{
+    return p_unw_backtrace(sink, (int)depth);
+}
+
+__attribute__((noinline)) static int libunwind_step_loop(void)
+{
+    unw_context_t uc;
+    unw_cursor_t cur;
+    p_getcontext(&uc);
+    p_init_local(&cur, &uc);
+    unsigned n = 0;
+    do {
+        unw_word_t ip;
+        p_get_reg(&cur, UNW_REG_IP, &ip);
+        sink[n++] = (void *)ip;
+    } while (n < depth && p_step(&cur) > 0);
+    return (int)n;
+}
+
+/* ---- harness ----------------------------------------------------------------- */
+
+typedef struct method {
+    const char *name;
+    int (*fn)(void);
+    int with_frames;                   /* run inside a recursion that pushes Frames */
+    double ns[3];                      /* per depth */
+} method;
+
+static method methods[] = {
+    {"bare frame-pointer loop", bare_fp_loop, 0, {0}},
+    {"crawl_walk fast", crawl_fast, 0, {0}},
+    {"crawl_walk fast, 1 Frame per 4 frames", crawl_fast, 1, {0}},
+    {"crawl_walk precise", crawl_precise, 0, {0}},
+    {"crawl_walk precise, 1 Frame per 4", crawl_precise, 1, {0}},
+    {"libunwind unw_backtrace", libunwind_backtrace, 0, {0}},
+    {"libgcc _Unwind_Backtrace", libgcc_unwind_backtrace, 0, {0}},
+    {"glibc backtrace()", glibc_backtrace, 0, {0}},
+    {"libunwind unw_step loop", libunwind_step_loop, 0, {0}},
+};
+#define NMETHODS (sizeof methods / sizeof methods[0])
+
+static double now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1e9 + ts.tv_nsec;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static crawl_frame_type bench_frame_type = {.name = "bench"};
+
+/* Recurse to the requested height, then time the method at the bottom. */
+__attribute__((noinline)) static double descend(unsigned level, method *m, unsigned reps)
+{
+    if (level > 0) {
+        crawl_frame f;
+        int push = m->with_frames && level % 4 == 0;
+        if (push)
+            crawl_frame_push(&f, &bench_frame_type);
+        double r = descend(level - 1, m, reps);
+        if (push)
+            crawl_frame_pop(&f);
+        guard += level;                 /* no tail call: keep every frame */
+        return r;
+    }
+    int got = m->fn();
+    if ((unsigned)got != depth) {
+        fprintf(stderr, "%s unwound %d frames, wanted %u\n", m->name, got, depth);
+        exit(1);
+    }
+    double batch[BATCHES];
+    for (int b = 0; b < BATCHES; b++) {
+        double t0 = now_ns();
+        for (unsigned i = 0; i < reps; i++)
+            m->fn();
+        batch[b] = (now_ns() - t0) / reps / depth;
+    }
+    qsort(batch, BATCHES, sizeof batch[0], cmp_double);
+    return batch[BATCHES / 2];
+}
+
+static void load_libunwind(void)
+{
+    void *h = dlopen("libunwind.so.8", RTLD_NOW | RTLD_LOCAL);
+    if (!h) {
+        fprintf(stderr, "cannot open libunwind.so.8: %s\n", dlerror());
+        exit(1);
+    }
+    *(void **)&p_unw_backtrace = dlsym(h, "unw_backtrace");
+    *(void **)&p_getcontext = dlsym(h, "_Ux86_64_getcontext");
+    *(void **)&p_init_local = dlsym(h, "_ULx86_64_init_local");
+    *(void **)&p_step = dlsym(h, "_ULx86_64_step");
+    *(void **)&p_get_reg = dlsym(h, "_ULx86_64_get_reg");
+    if (!p_unw_backtrace || !p_getcontext || !p_init_local || !p_step || !p_get_reg) {
+        fprintf(stderr, "libunwind.so.8 lacks an expected symbol\n");
+        exit(1);
+    }
+}
+
+static const char *module_of(void *fn)
+{
+    Dl_info di;
+    const char *s = (dladdr(fn, &di) && di.dli_fname) ? di.dli_fname : "?";
+    const char *slash = strrchr(s, '/');
+    return slash ? slash + 1 : s;
+}
+
+int main(int argc, char **argv)
+{
+    /* --quick: fewer repetitions (a smoke run, not a measurement) */
+    unsigned scale = (argc > 1 && strcmp(argv[1], "--quick") == 0) ? 20 : 1;
+    static const unsigned depths[3] = {8, 32, 128};
+    load_libunwind();
+    crawl_thread_attach();
+    printf("bench/walk: ns per frame, median of %d batches (backtrace from %s, "
+           "_Unwind_Backtrace from %s)\n\n",
+           BATCHES, module_of((void *)backtrace), module_of((void *)_Unwind_Backtrace));
+    for (int d = 0; d < 3; d++) {
+        depth = depths[d];
+        for (unsigned i = 0; i < NMETHODS; i++) {
+            /* about 2e6 frames a batch for cheap methods, fewer for slow ones */
+            unsigned reps = (methods[i].fn == bare_fp_loop || methods[i].fn == crawl_fast ||
+                             methods[i].fn == libunwind_backtrace)
+                                ? 2000000 / depth
+                                : 40000 / depth;
+            reps = reps / scale + 1;
+            /* the recursion is `depth` frames tall plus what is below it */
+            methods[i].ns[d] = descend(depth + 2, &methods[i], reps);
+        }
+    }
+    printf("%-40s %10s %10s %10s\n", "method", "depth 8", "depth 32", "depth 128");
+    for (unsigned i = 0; i < NMETHODS; i++)
+        printf("%-40s %10.2f %10.2f %10.2f\n", methods[i].name, methods[i].ns[0],
+               methods[i].ns[1], methods[i].ns[2]);
+    printf("\nratios (lower is faster)\n");
+    const method *bare = &methods[0], *unwbt = &methods[5];
+    for (unsigned i = 1; i <= 4; i++)
+        for (int r = 0; r < 2; r++) {
+            const method *base = r ? unwbt : bare;
+            printf("%-40s / %-24s %7.2fx %9.2fx %9.2fx\n", methods[i].name, base->name,
+                   methods[i].ns[0] / base->ns[0], methods[i].ns[1] / base->ns[1],
+                   methods[i].ns[2] / base->ns[2]);
+        }
+    return 0;
+}
