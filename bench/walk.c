@@ -75,6 +75,16 @@ __attribute__((noinline)) static int crawl_precise(void)
     return sink[depth - 1] ? (int)depth : taken();
 }
 
+__attribute__((noinline)) static int crawl_bt_fast(void)
+{
+    return crawl_backtrace((uintptr_t *)sink, (int)depth, CRAWL_WALK_FAST);
+}
+
+__attribute__((noinline)) static int crawl_bt_precise(void)
+{
+    return crawl_backtrace((uintptr_t *)sink, (int)depth, 0);
+}
+
 __attribute__((noinline)) static int glibc_backtrace(void)
 {
     return backtrace(sink, (int)depth);
@@ -128,8 +138,10 @@ static method methods[] = {
     {"bare frame-pointer loop", bare_fp_loop, 0, {0}},
     {"crawl_walk fast", crawl_fast, 0, {0}},
     {"crawl_walk fast, 1 Frame per 4 frames", crawl_fast, 1, {0}},
+    {"crawl_backtrace fast", crawl_bt_fast, 0, {0}},
     {"crawl_walk precise", crawl_precise, 0, {0}},
     {"crawl_walk precise, 1 Frame per 4", crawl_precise, 1, {0}},
+    {"crawl_backtrace precise", crawl_bt_precise, 0, {0}},
     {"libunwind unw_backtrace", libunwind_backtrace, 0, {0}},
     {"libgcc _Unwind_Backtrace", libgcc_unwind_backtrace, 0, {0}},
     {"glibc backtrace()", glibc_backtrace, 0, {0}},
@@ -223,7 +235,7 @@ int main(int argc, char **argv)
         for (unsigned i = 0; i < NMETHODS; i++) {
             /* about 2e6 frames a batch for cheap methods, fewer for slow ones */
             unsigned reps = (methods[i].fn == bare_fp_loop || methods[i].fn == crawl_fast ||
-                             methods[i].fn == libunwind_backtrace)
+                             methods[i].fn == crawl_bt_fast || methods[i].fn == libunwind_backtrace)
                                 ? 2000000 / depth
                                 : 40000 / depth;
             reps = reps / scale + 1;
@@ -236,8 +248,8 @@ int main(int argc, char **argv)
         printf("%-40s %10.2f %10.2f %10.2f\n", methods[i].name, methods[i].ns[0],
                methods[i].ns[1], methods[i].ns[2]);
     printf("\nratios (lower is faster)\n");
-    const method *bare = &methods[0], *unwbt = &methods[5];
-    for (unsigned i = 1; i <= 4; i++)
+    const method *bare = &methods[0], *unwbt = &methods[7];
+    for (unsigned i = 1; i <= 6; i++)
         for (int r = 0; r < 2; r++) {
             const method *base = r ? unwbt : bare;
             printf("%-40s / %-24s %7.2fx %9.2fx %9.2fx\n", methods[i].name, base->name,

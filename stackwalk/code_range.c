@@ -19,18 +19,24 @@ typedef struct retired {
 
 static _Atomic(sw_range_table *) current;
 static atomic_uint readers;
+/* Published after the table: a walk that sees 0 uses no table and need not
+ * register as a reader (no shared cache line written by plain walks). */
+static atomic_size_t range_count;
 static pthread_mutex_t writer_lock = PTHREAD_MUTEX_INITIALIZER;
 static retired *retired_list;
 
 const sw_range_table *sw_ranges_enter(void)
 {
+    if (atomic_load(&range_count) == 0)
+        return NULL;
     atomic_fetch_add(&readers, 1);
     return atomic_load(&current);
 }
 
-void sw_ranges_exit(void)
+void sw_ranges_exit(const sw_range_table *t)
 {
-    atomic_fetch_sub(&readers, 1);
+    if (t)
+        atomic_fetch_sub(&readers, 1);
 }
 
 const crawl_code_range *sw_range_lookup(const sw_range_table *t, uintptr_t ip)
@@ -52,6 +58,7 @@ const crawl_code_range *sw_range_lookup(const sw_range_table *t, uintptr_t ip)
 static void publish(sw_range_table *t)
 {
     sw_range_table *old = atomic_exchange(&current, t);
+    atomic_store(&range_count, t->n);
     if (old) {
         retired *r = malloc(sizeof *r);
         if (r) {
@@ -142,6 +149,6 @@ int crawl_code_range_find(uintptr_t ip, crawl_code_range *out)
     const crawl_code_range *r = sw_range_lookup(t, ip);
     if (r && out)
         *out = *r;
-    sw_ranges_exit();
+    sw_ranges_exit(t);
     return r != NULL;
 }

@@ -16,9 +16,11 @@ typedef struct sw_range_table {
 } sw_range_table;
 
 /* Readers bracket their use of the table; a writer frees a replaced table
- * only when no reader is inside. Both calls are lock-free. */
+ * only when no reader is inside. Both calls are lock-free. enter returns
+ * NULL (and registers nothing) when no range is registered; pass its
+ * result to exit. */
 const sw_range_table *sw_ranges_enter(void);
-void sw_ranges_exit(void);
+void sw_ranges_exit(const sw_range_table *t);
 const crawl_code_range *sw_range_lookup(const sw_range_table *t, uintptr_t ip);
 
 /* ---- libunwind, loaded with dlopen(RTLD_LOCAL) (unwind_dwarf.c) --------- */
@@ -65,10 +67,13 @@ int sw_step_fp(sw_cursor *c);
 int sw_step_dwarf(sw_cursor *c);
 int sw_step_rule(sw_cursor *c, const crawl_code_range *r);
 
+/* [a, a+size) inside the thread's stack or the signal stack in use. One
+ * unsigned comparison per region: a below lo wraps to a huge offset. */
 static inline int sw_in_stack(const sw_cursor *c, uintptr_t a, size_t size)
 {
-    return (a >= c->lo && a < c->hi && size <= c->hi - a) ||
-           (a >= c->alo && a < c->ahi && size <= c->ahi - a);
+    if (a - c->lo <= c->hi - c->lo - size)
+        return 1;
+    return c->ahi && a - c->alo <= c->ahi - c->alo - size;
 }
 
 /* sp may only move towards the stack base, or once from the signal stack

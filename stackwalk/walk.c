@@ -30,6 +30,8 @@ typedef struct walk {
     unsigned frames_left;               /* chain length bound: a cyclic chain is corrupt */
     int corrupt, aborted;
     crawl_frame *next;                  /* next unreported Frame */
+    uintptr_t *pcs;                     /* crawl_backtrace: collect native pcs here */
+    unsigned pcs_max, pcs_n;
     sw_cursor cur;
 } walk;
 
@@ -38,6 +40,12 @@ typedef struct walk {
 
 static void emit(walk *w, crawl_cf *cf)
 {
+    if (w->pcs) {
+        w->pcs[w->pcs_n++] = cf->ip;
+        if (w->pcs_n >= w->pcs_max)
+            w->aborted = 1;
+        return;
+    }
     cf->depth = w->depth++;
     cf->flags |= w->gap;
     w->gap = 0;
@@ -195,17 +203,29 @@ static int fast_run(walk *w, unsigned *skip_io)
             if (next_frame && next_frame < sp)
                 break;
         }
-        /* report it: native i's frame ends at the next one's sp */
+        if (w->pcs) {
+            /* crawl_backtrace: Frames are not reported, only stepped over */
+            unsigned room = w->pcs_max - w->pcs_n, k = n < room ? n : room;
+            for (unsigned i = 0; i < k; i++)
+                w->pcs[w->pcs_n + i] = buf[i].ip;
+            w->pcs_n += k;
+            if (w->pcs_n >= w->pcs_max)
+                w->aborted = 1;
+            if (next_frame && next_frame < sp)
+                report_frames_below(w, sp);
+            continue;
+        }
+        /* Report it. The batch ends as soon as a Frame lies below the
+         * caller's sp, so only its last frame can have Frames to report
+         * first (those below sp, its frame's end). */
         crawl_walk_fn fn = w->fn;
         void *ctx = w->ctx;
         unsigned depth = w->depth, flags = CRAWL_CF_HAS_REGS | first_flags;
         for (unsigned i = 0; i < n; i++) {
-            uintptr_t cfa = i + 1 < n ? buf[i + 1].sp : sp;
-            if (next_frame && next_frame < cfa) {
+            if (i + 1 == n && next_frame && next_frame < sp) {
                 w->depth = depth;
-                report_frames_below(w, cfa);
+                report_frames_below(w, sp);
                 depth = w->depth;
-                next_frame = (uintptr_t)w->next;
                 if (w->aborted)
                     break;
             }
@@ -231,11 +251,10 @@ static int fast_run(walk *w, unsigned *skip_io)
     return st;
 }
 
-crawl_walk_status sw_walk(const crawl_regs *regs, unsigned exact, unsigned skip,
-                          crawl_walk_fn fn, void *ctx, unsigned flags)
+/* w->fn/ctx/flags (and pcs for crawl_backtrace) are set by the caller. */
+static crawl_walk_status run_walk(walk *wp, const crawl_regs *regs, unsigned exact, unsigned skip)
 {
-    if (!fn)
-        return CRAWL_WALK_FAILED;
+    unsigned flags = wp->flags;
     crawl__thread *th = crawl__self();
     if (!th->attached) {
         if ((flags & CRAWL_WALK_SIGNAL_SAFE) || crawl_thread_attach() != 0)
@@ -246,12 +265,12 @@ crawl_walk_status sw_walk(const crawl_regs *regs, unsigned exact, unsigned skip,
         return CRAWL_WALK_FAILED;
 
     sw_dwarf dwarf;                     /* left uninitialized: libunwind fills it */
-    walk w = {.fn = fn, .ctx = ctx, .flags = flags, .frames_left = th->nframes};
+    walk w = *wp;
+    w.frames_left = th->nframes;
     atomic_signal_fence(memory_order_acquire);
     w.next = th->top;
-    const sw_range_table *ranges = sw_ranges_enter();
-    if (ranges && ranges->n == 0)
-        ranges = NULL;
+    const sw_range_table *held = sw_ranges_enter();
+    const sw_range_table *ranges = held && held->n ? held : NULL;
     sw_cursor_init(&w.cur, th, regs, exact, precise ? &dwarf : NULL, ranges);
 
     if ((flags & CRAWL_WALK_SKIP_NATIVE) && !ranges) {
@@ -298,10 +317,20 @@ crawl_walk_status sw_walk(const crawl_regs *regs, unsigned exact, unsigned skip,
                 live = 0;
         }
     }
-    sw_ranges_exit();
+    sw_ranges_exit(held);
+    wp->pcs_n = w.pcs_n;
     if (w.aborted)
         return CRAWL_WALK_ABORTED;
     return w.corrupt ? CRAWL_WALK_FAILED : CRAWL_WALK_DONE;
+}
+
+crawl_walk_status sw_walk(const crawl_regs *regs, unsigned exact, unsigned skip,
+                          crawl_walk_fn fn, void *ctx, unsigned flags)
+{
+    if (!fn)
+        return CRAWL_WALK_FAILED;
+    walk w = {.fn = fn, .ctx = ctx, .flags = flags};
+    return run_walk(&w, regs, exact, skip);
 }
 
 /* crawl's own frame must still exist while the walk reads it: no tail call. */
@@ -314,6 +343,19 @@ crawl_walk_status crawl_walk(crawl_walk_fn fn, void *ctx, unsigned flags)
     crawl_walk_status st = sw_walk(&r, 0, 1, fn, ctx, flags);
     NO_TAIL(st);
     return st;
+}
+
+int crawl_backtrace(uintptr_t *pcs, int max, unsigned flags)
+{
+    if (!pcs || max <= 0)
+        return 0;
+    crawl_regs r;
+    crawl_capture_regs(&r);
+    walk w = {.flags = (flags & (CRAWL_WALK_FAST | CRAWL_WALK_SIGNAL_SAFE)) | CRAWL_WALK_SKIP_FRAMES,
+              .pcs = pcs, .pcs_max = (unsigned)max};
+    crawl_walk_status st = run_walk(&w, &r, 0, 1);
+    NO_TAIL(st);
+    return (int)w.pcs_n;
 }
 
 crawl_walk_status crawl_walk_context(const ucontext_t *uc, crawl_walk_fn fn, void *ctx,

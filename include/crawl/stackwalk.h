@@ -80,6 +80,17 @@ CRAWL_API crawl_walk_status crawl_walk(crawl_walk_fn fn, void *ctx, unsigned fla
 CRAWL_API crawl_walk_status crawl_walk_context(const ucontext_t *uc, crawl_walk_fn fn, void *ctx,
                                                unsigned flags);
 
+/* Collect the pcs of the calling thread's native (and JIT) frames, like
+ * glibc's backtrace() but in crawl's two modes: pcs[0] is a return address
+ * inside the function that called crawl_backtrace, then one per caller,
+ * outwards. Frames are not reported, but native unwinding that stops resumes
+ * at the next transition Frame, as in crawl_walk. Only CRAWL_WALK_FAST and
+ * CRAWL_WALK_SIGNAL_SAFE are honoured. Returns the number of pcs stored
+ * (at most max; 0 for NULL pcs or max <= 0). No per-frame callback: this is
+ * the fastest way to capture a stack (bench/walk). Signal safety and
+ * allocation as crawl_walk. */
+CRAWL_API int crawl_backtrace(uintptr_t *pcs, int max, unsigned flags);
+
 /* ---- the crawl frame handed to the callback (async-signal-safe) --------- */
 CRAWL_API crawl_kind crawl_cf_kind(const crawl_cf *cf);
 /* Exact pc for the first frame, return address for the others (native and

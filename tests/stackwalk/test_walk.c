@@ -642,6 +642,64 @@ static void test_corrupt_frame_chain(void **state)
     free(bad_next[2]);
 }
 
+/* ---- crawl_backtrace: the natives of crawl_walk, without a callback ----------- */
+
+static uintptr_t bt_pcs[256];
+static int bt_n;
+
+NOINLINE static void backtrace_and_walk(unsigned flags)
+{
+    bt_n = crawl_backtrace(bt_pcs, 256, flags);
+    T.st = crawl_walk(t_record, &T, flags | CRAWL_WALK_SKIP_FRAMES);
+    __asm__ volatile("" ::: "memory");
+}
+
+static int bt_compare_calls;
+NOINLINE static int compare_and_backtrace(const void *a, const void *b)
+{
+    if (!bt_compare_calls++)
+        backtrace_and_walk(qsort_flags);
+    return (*(const int *)a > *(const int *)b) - (*(const int *)a < *(const int *)b);
+}
+
+NOINLINE static void vm_qsort_backtrace(unsigned flags)
+{
+    crawl_transition t;
+    crawl_transition_push(&t, NULL);
+    int v[8] = {3, 1, 2, 8, 5, 4, 7, 6};
+    qsort_flags = flags;
+    bt_compare_calls = 0;
+    qsort(v, 8, sizeof v[0], compare_and_backtrace);
+    crawl_frame_pop(&t.frame);
+}
+
+static void test_backtrace_matches_walk(void **state)
+{
+    (void)state;
+    for (int m = 0; m < 2; m++) {
+        reset();
+        vm_qsort_backtrace(modes[m]);
+        t_name(&T);
+        EXPECT(bt_n > 5 && (unsigned)bt_n == T.n);
+        /* [0] is a different call site in the same function */
+        char buf[512];
+        crawl_symbol sym;
+        EXPECT(crawl_symbolize(bt_pcs[0] - 1, &sym, buf, sizeof buf) == 0 &&
+               strcmp(sym.function, "backtrace_and_walk") == 0);
+        EXPECT(strcmp(T.r[0].name, "backtrace_and_walk") == 0);
+        for (unsigned i = 1; i < T.n; i++)
+            EXPECT(bt_pcs[i] == T.r[i].ip);
+        /* fast mode got past libc through the transition Frame */
+        EXPECT(native_index(&T, "vm_qsort_backtrace") > 2);
+    }
+    /* truncation and bad arguments */
+    uintptr_t three[3] = {0};
+    assert_int_equal(crawl_backtrace(three, 3, 0), 3);   /* cmocka has no frame pointers */
+    assert_true(three[2] != 0);
+    assert_int_equal(crawl_backtrace(NULL, 3, 0), 0);
+    assert_int_equal(crawl_backtrace(three, 0, 0), 0);
+}
+
 /* ---- threads ------------------------------------------------------------------ */
 
 typedef struct thread_arg {
@@ -738,6 +796,7 @@ int main(void)
         cmocka_unit_test(test_code_range_table),
         cmocka_unit_test(test_corrupt_frame_pointer_chain),
         cmocka_unit_test(test_corrupt_frame_chain),
+        cmocka_unit_test(test_backtrace_matches_walk),
         cmocka_unit_test(test_two_threads_walking_at_once),
         cmocka_unit_test(test_unattached_thread),
     };
