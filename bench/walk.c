@@ -18,7 +18,7 @@
 #define UNW_LOCAL_ONLY
 #include <libunwind.h>
 
-#define BATCHES 15
+#define BATCHES 21
 #define MAX_DEPTH 128
 
 static int (*p_unw_backtrace)(void **, int);
@@ -39,6 +39,31 @@ __attribute__((noinline)) static int bare_fp_loop(void)
     unsigned n = 0;
     while (n < depth && fp) {
         sink[n++] = fp[1];
+        fp = (void **)fp[0];
+    }
+    return (int)n;
+}
+
+/* The floor for any per-frame callback API: the bare loop plus one indirect
+ * call per frame to an empty function. */
+typedef int (*frame_cb)(uintptr_t ip, uintptr_t sp, unsigned depth);
+__attribute__((noinline)) static int empty_cb(uintptr_t ip, uintptr_t sp, unsigned d)
+{
+    (void)ip, (void)sp, (void)d;
+    __asm__ volatile("");
+    return 0;
+}
+static frame_cb volatile the_cb = empty_cb;
+
+__attribute__((noinline)) static int bare_fp_loop_callback(void)
+{
+    frame_cb cb = the_cb;
+    void **fp = __builtin_frame_address(0);
+    unsigned n = 0;
+    while (n < depth && fp) {
+        sink[n] = fp[1];
+        if (cb((uintptr_t)fp[1], (uintptr_t)fp, n++))
+            break;
         fp = (void **)fp[0];
     }
     return (int)n;
@@ -136,6 +161,7 @@ typedef struct method {
 
 static method methods[] = {
     {"bare frame-pointer loop", bare_fp_loop, 0, {0}},
+    {"bare loop + empty callback per frame", bare_fp_loop_callback, 0, {0}},
     {"crawl_walk fast", crawl_fast, 0, {0}},
     {"crawl_walk fast, 1 Frame per 4 frames", crawl_fast, 1, {0}},
     {"crawl_backtrace fast", crawl_bt_fast, 0, {0}},
@@ -164,34 +190,65 @@ static int cmp_double(const void *a, const void *b)
 
 static crawl_frame_type bench_frame_type = {.name = "bench"};
 
-/* Recurse to the requested height, then time the method at the bottom. */
-__attribute__((noinline)) static double descend(unsigned level, method *m, unsigned reps)
+static unsigned reps_for(const method *m)
+{
+    /* about 2e6 frames a batch for cheap methods, fewer for slow ones */
+    int cheap = m->fn == bare_fp_loop || m->fn == bare_fp_loop_callback || m->fn == crawl_fast ||
+                m->fn == crawl_bt_fast || m->fn == libunwind_backtrace;
+    return (cheap ? 2000000 : 40000) / depth + 1;
+}
+
+/* Time every method of this recursion (with or without Frames) at the
+ * bottom, interleaved: batch b of every method runs before batch b+1 of
+ * any, so drift on a shared machine hits all methods alike. */
+static void time_here(int with_frames, int d, unsigned scale)
+{
+    static double batch[NMETHODS][BATCHES];
+    for (unsigned i = 0; i < NMETHODS; i++) {
+        if (methods[i].with_frames != with_frames)
+            continue;
+        int got = methods[i].fn();
+        if ((unsigned)got != depth) {
+            fprintf(stderr, "%s unwound %d frames, wanted %u\n", methods[i].name, got, depth);
+            exit(1);
+        }
+    }
+    for (int b = 0; b < BATCHES; b++)
+        for (unsigned i = 0; i < NMETHODS; i++) {
+            const method *m = &methods[i];
+            if (m->with_frames != with_frames)
+                continue;
+            unsigned reps = reps_for(m) / scale + 1;
+            double t0 = now_ns();
+            for (unsigned r = 0; r < reps; r++)
+                m->fn();
+            batch[i][b] = (now_ns() - t0) / reps / depth;
+        }
+    for (unsigned i = 0; i < NMETHODS; i++) {
+        if (methods[i].with_frames != with_frames)
+            continue;
+        qsort(batch[i], BATCHES, sizeof batch[i][0], cmp_double);
+        methods[i].ns[d] = batch[i][BATCHES / 2];
+    }
+}
+
+/* Recurse to the requested height (pushing a Frame every 4th level when
+ * asked), then time there. */
+__attribute__((noinline)) static void descend(unsigned level, int with_frames, int d,
+                                              unsigned scale)
 {
     if (level > 0) {
         crawl_frame f;
-        int push = m->with_frames && level % 4 == 0;
+        int push = with_frames && level % 4 == 0;
         if (push)
             crawl_frame_push(&f, &bench_frame_type);
-        double r = descend(level - 1, m, reps);
+        descend(level - 1, with_frames, d, scale);
         if (push)
             crawl_frame_pop(&f);
         guard += level;                 /* no tail call: keep every frame */
-        return r;
+        return;
     }
-    int got = m->fn();
-    if ((unsigned)got != depth) {
-        fprintf(stderr, "%s unwound %d frames, wanted %u\n", m->name, got, depth);
-        exit(1);
-    }
-    double batch[BATCHES];
-    for (int b = 0; b < BATCHES; b++) {
-        double t0 = now_ns();
-        for (unsigned i = 0; i < reps; i++)
-            m->fn();
-        batch[b] = (now_ns() - t0) / reps / depth;
-    }
-    qsort(batch, BATCHES, sizeof batch[0], cmp_double);
-    return batch[BATCHES / 2];
+    time_here(with_frames, d, scale);
 }
 
 static void load_libunwind(void)
@@ -232,24 +289,17 @@ int main(int argc, char **argv)
            BATCHES, module_of((void *)backtrace), module_of((void *)_Unwind_Backtrace));
     for (int d = 0; d < 3; d++) {
         depth = depths[d];
-        for (unsigned i = 0; i < NMETHODS; i++) {
-            /* about 2e6 frames a batch for cheap methods, fewer for slow ones */
-            unsigned reps = (methods[i].fn == bare_fp_loop || methods[i].fn == crawl_fast ||
-                             methods[i].fn == crawl_bt_fast || methods[i].fn == libunwind_backtrace)
-                                ? 2000000 / depth
-                                : 40000 / depth;
-            reps = reps / scale + 1;
-            /* the recursion is `depth` frames tall plus what is below it */
-            methods[i].ns[d] = descend(depth + 2, &methods[i], reps);
-        }
+        /* the recursion is `depth` frames tall plus what is below it */
+        descend(depth + 2, 0, d, scale);
+        descend(depth + 2, 1, d, scale);
     }
     printf("%-40s %10s %10s %10s\n", "method", "depth 8", "depth 32", "depth 128");
     for (unsigned i = 0; i < NMETHODS; i++)
         printf("%-40s %10.2f %10.2f %10.2f\n", methods[i].name, methods[i].ns[0],
                methods[i].ns[1], methods[i].ns[2]);
     printf("\nratios (lower is faster)\n");
-    const method *bare = &methods[0], *unwbt = &methods[7];
-    for (unsigned i = 1; i <= 6; i++)
+    const method *bare = &methods[0], *unwbt = &methods[8];
+    for (unsigned i = 1; i <= 7; i++)
         for (int r = 0; r < 2; r++) {
             const method *base = r ? unwbt : bare;
             printf("%-40s / %-24s %7.2fx %9.2fx %9.2fx\n", methods[i].name, base->name,
