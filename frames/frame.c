@@ -108,8 +108,10 @@ void crawl_frame_pop(crawl_frame *f)
         if (!top)
             crawl__fatal("crawl_frame_pop of '%s' Frame %p, but this thread's Frame chain is empty",
                          checked_name(th, f), (void *)f);
-        crawl__fatal("Frame popped out of order: expected the top Frame '%s' at %p, got '%s' at %p",
-                     crawl__type_name(top->type), (void *)top, checked_name(th, f), (void *)f);
+        else
+            crawl__fatal("Frame popped out of order: expected the top Frame '%s' at %p, got '%s' at %p",
+                         crawl__type_name(top->type), (void *)top, checked_name(th, f),
+                         (void *)f);
     }
     th->top = f->next;
     atomic_signal_fence(memory_order_release);

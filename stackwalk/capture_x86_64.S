@@ -5,6 +5,21 @@
  * possibly callee-saved registers. Offsets match crawl_regs (common.h),
  * which frame_types.c checks with _Static_assert. */
 
+/* Store the caller's registers into the crawl_regs at \off(%rdi): ip is the
+ * return address, sp the caller's stack pointer once the call returns. */
+.macro SAVE_CALLER_REGS off
+        movq    (%rsp), %rax
+        movq    %rax, \off+0(%rdi)
+        leaq    8(%rsp), %rax
+        movq    %rax, \off+8(%rdi)
+        movq    %rbp, \off+16(%rdi)
+        movq    %rbx, \off+24(%rdi)
+        movq    %r12, \off+32(%rdi)
+        movq    %r13, \off+40(%rdi)
+        movq    %r14, \off+48(%rdi)
+        movq    %r15, \off+56(%rdi)
+.endm
+
         .text
 
 /* void crawl_capture_regs(crawl_regs *out) */
@@ -13,16 +28,7 @@
         .p2align 4
 crawl_capture_regs:
         .cfi_startproc
-        movq    (%rsp), %rax            /* return address: ip in the caller */
-        movq    %rax, 0(%rdi)
-        leaq    8(%rsp), %rax           /* caller's sp once the call returns */
-        movq    %rax, 8(%rdi)
-        movq    %rbp, 16(%rdi)
-        movq    %rbx, 24(%rdi)
-        movq    %r12, 32(%rdi)
-        movq    %r13, 40(%rdi)
-        movq    %r14, 48(%rdi)
-        movq    %r15, 56(%rdi)
+        SAVE_CALLER_REGS 0
         ret
         .cfi_endproc
         .size   crawl_capture_regs, .-crawl_capture_regs
@@ -35,16 +41,7 @@ crawl_capture_regs:
         .p2align 4
 crawl_transition_push:
         .cfi_startproc
-        movq    (%rsp), %rax
-        movq    %rax, 16(%rdi)
-        leaq    8(%rsp), %rax
-        movq    %rax, 24(%rdi)
-        movq    %rbp, 32(%rdi)
-        movq    %rbx, 40(%rdi)
-        movq    %r12, 48(%rdi)
-        movq    %r13, 56(%rdi)
-        movq    %r14, 64(%rdi)
-        movq    %r15, 72(%rdi)
+        SAVE_CALLER_REGS 16
         jmp     crawl__transition_link
         .cfi_endproc
         .size   crawl_transition_push, .-crawl_transition_push

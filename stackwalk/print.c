@@ -22,8 +22,9 @@ static int describe_native(const crawl_cf *cf, char *buf, size_t len)
     const char *fn = s.function ? s.function : "<unknown>";
     if (s.file)
         return snprintf(buf, len, "%s %s:%d", fn, s.file, s.line);
-    if (s.module)
-        return snprintf(buf, len, "%s (%s+0x%lx)", fn, s.module, (unsigned long)s.module_offset);
+    if (s.module) /* the offset of the address printed, not of the call instruction */
+        return snprintf(buf, len, "%s (%s+0x%lx)", fn, s.module,
+                        (unsigned long)(s.module_offset + (crawl_cf_ip(cf) - lookup_pc(cf))));
     return snprintf(buf, len, "%s", fn);
 }
 

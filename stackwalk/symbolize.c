@@ -4,6 +4,7 @@
  * /proc/self/maps and rebuilt when a pc falls outside every known module
  * (code loaded with dlopen since). Serialized by a mutex: libdwfl sessions
  * are not thread-safe. */
+#include <elfutils/libdw.h>
 #include <elfutils/libdwfl.h>
 #include <errno.h>
 #include <pthread.h>
@@ -50,6 +51,32 @@ static Dwfl_Module *find_module(uintptr_t pc)
     return m;
 }
 
+/* The line-table row for pc. libdw finds the compile unit through
+ * .debug_aranges, which clang does not emit by default: without it, scan
+ * the module's units for the one whose ranges hold pc. */
+static int find_line(Dwfl_Module *m, uintptr_t pc, int *lineno, int *col, const char **file)
+{
+    Dwfl_Line *line = dwfl_module_getsrc(m, pc);
+    if (line) {
+        *file = dwfl_lineinfo(line, NULL, lineno, col, NULL, NULL);
+        return 1;
+    }
+    Dwarf_Addr bias = 0;
+    Dwarf_Die *cu = NULL;
+    while ((cu = dwfl_module_nextcu(m, cu, &bias)) != NULL) {
+        if (dwarf_haspc(cu, pc - bias) <= 0)
+            continue;
+        Dwarf_Line *dl = dwarf_getsrc_die(cu, pc - bias);
+        if (!dl)
+            return 0;
+        *file = dwarf_linesrc(dl, NULL, NULL);
+        dwarf_lineno(dl, lineno);
+        dwarf_linecol(dl, col);
+        return 1;
+    }
+    return 0;
+}
+
 /* Copy s into buf at *used; NULL if it does not fit. */
 static char *stash(const char *s, char *buf, size_t len, size_t *used, int *full)
 {
@@ -89,10 +116,9 @@ int crawl_symbolize(uintptr_t pc, crawl_symbol *out, char *buf, size_t len)
     if (at && at != fn)
         *at = '\0';
     out->function = fn;
-    Dwfl_Line *line = dwfl_module_getsrc(m, pc);
-    if (line) {
-        int lineno = 0, col = 0;
-        const char *file = dwfl_lineinfo(line, NULL, &lineno, &col, NULL, NULL);
+    int lineno = 0, col = 0;
+    const char *file = NULL;
+    if (find_line(m, pc, &lineno, &col, &file)) {
         if (file && lineno > 0) {
             out->file = stash(file, buf, len, &used, &full);
             out->line = lineno;

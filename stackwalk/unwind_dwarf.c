@@ -79,8 +79,9 @@ static int read_regs(const sw_unw_api *u, unw_cursor_t *cur, crawl_regs *r)
                                          UNW_X86_64_R14,  UNW_X86_64_R15};
     for (int i = 0; i < 8; i++) {
         v[i] = 0;
+        int rc = u->get_reg(cur, nums[i], &v[i]);
         /* callee-saved registers may be unknown; ip and sp may not */
-        if (u->get_reg(cur, nums[i], &v[i]) < 0 && i < 2)
+        if (rc < 0 && i < 2)
             return -1;
     }
     r->ip = v[0], r->sp = v[1], r->fp = v[2], r->bx = v[3];
