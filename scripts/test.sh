@@ -1,12 +1,19 @@
 #!/bin/sh
 # Build and run every test: the optimized build, then the whole suite again
-# under AddressSanitizer + UndefinedBehaviorSanitizer.
+# under AddressSanitizer + UndefinedBehaviorSanitizer, and with clang when it
+# is installed (it is not installed for you).
 set -eu
 cd "$(dirname "$0")/.."
 . scripts/deps.sh
 crawl_ensure_deps
 jobs=$(nproc)
-for preset in dev asan; do
+presets="dev asan"
+if command -v clang >/dev/null 2>&1; then
+    presets="$presets clang"
+else
+    echo "note: clang not found, skipping the clang preset (apt-get install clang to add it)"
+fi
+for preset in $presets; do
     echo "== $preset build"
     cmake --preset "$preset" -DCRAWL_BUILD_TESTS=ON >/dev/null
     cmake --build --preset "$preset" -j"$jobs"

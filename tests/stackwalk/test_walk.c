@@ -559,6 +559,51 @@ static void test_code_range_table(void **state)
     assert_int_equal(crawl_code_range_find(0x100010, &r), 0);
 }
 
+/* Readers never lock: one thread adds and removes ranges while another
+ * walks through a registered JIT frame. Under ASan a table freed while a
+ * walk reads it would be reported. */
+static volatile int churn_stop;
+
+static void *churn_ranges(void *arg)
+{
+    (void)arg;
+    crawl_unwind_rule fp = {.kind = CRAWL_UNWIND_FRAME_POINTER};
+    for (unsigned i = 0; !churn_stop; i++) {
+        uintptr_t base = 0x200000 + (uintptr_t)(i % 64) * 0x1000;
+        if (crawl_code_range_add(base, base + 0x800, NULL, &fp, "churn") == 0)
+            crawl_code_range_remove(base);
+    }
+    return NULL;
+}
+
+static void test_code_ranges_change_under_walks(void **state)
+{
+    (void)state;
+    make_jit();
+    crawl_unwind_rule rule = {.kind = CRAWL_UNWIND_FIXED_FRAME, .frame_size = 16,
+                              .saved_fp_offset = -16};
+    uintptr_t start = (uintptr_t)jit_code;
+    assert_int_equal(crawl_code_range_add(start, start + sizeof jit_bytes, jit_method, &rule,
+                                          "jit:stable"), 0);
+    churn_stop = 0;
+    pthread_t t;
+    assert_int_equal(pthread_create(&t, NULL, churn_ranges, NULL), 0);
+    int bad = 0;
+    for (int i = 0; i < 2000; i++) {
+        reset();
+        vm_calls_jit(modes[i & 1]);
+        if (T.st != CRAWL_WALK_DONE || T.r[2].kind != CRAWL_CF_JIT || T.r[2].method != jit_method)
+            bad++;
+        crawl_code_range r;
+        if (crawl_code_range_find(start + 1, &r) != 1 || r.method != jit_method)
+            bad++;
+    }
+    churn_stop = 1;
+    pthread_join(t, NULL);
+    assert_int_equal(bad, 0);
+    assert_int_equal(crawl_code_range_remove(start), 0);
+}
+
 /* ---- corruption: never crash, say FAILED, never drop a Frame we can reach ----- */
 
 NOINLINE static void corrupt_fp_and_walk(unsigned flags, uintptr_t bad)
@@ -794,6 +839,7 @@ int main(void)
         cmocka_unit_test(test_resume_past_code_without_unwind_info),
         cmocka_unit_test(test_code_range_unwinds_jit_frames),
         cmocka_unit_test(test_code_range_table),
+        cmocka_unit_test(test_code_ranges_change_under_walks),
         cmocka_unit_test(test_corrupt_frame_pointer_chain),
         cmocka_unit_test(test_corrupt_frame_chain),
         cmocka_unit_test(test_backtrace_matches_walk),
