@@ -118,6 +118,19 @@ void crawl_frame_pop(crawl_frame *f)
     th->nframes--;
 }
 
+void crawl_frame_unwind_to(crawl_frame *keep)
+{
+    crawl__thread *th = crawl__self();
+    unsigned n = 0;
+    for (crawl_frame *f = th->top; f != keep; f = f->next, n++)
+        if (!f || n >= th->nframes)
+            crawl__fatal("crawl_frame_unwind_to: Frame %p is not on this thread's Frame chain",
+                         (void *)keep);
+    th->top = keep;
+    atomic_signal_fence(memory_order_release);
+    th->nframes -= n;
+}
+
 crawl_frame *crawl_frame_top(void)
 {
     return crawl__self()->top;

@@ -21,6 +21,10 @@ extern __thread crawl__thread crawl__tls __attribute__((tls_model("initial-exec"
 
 static inline crawl__thread *crawl__self(void) { return &crawl__tls; }
 
+/* Call fn for every attached thread, without a lock: only while the other
+ * attached threads are stopped or cannot attach or detach. */
+void crawl__threads_foreach(void (*fn)(crawl__thread *th, void *ctx), void *ctx);
+
 /* Attach the calling thread if needed; 0 or a negative errno. */
 int crawl__ensure_attached(crawl__thread *th);
 

@@ -16,15 +16,28 @@ static crawl__thread *registry_head;
 static pthread_key_t exit_key;
 static pthread_once_t exit_key_once = PTHREAD_ONCE_INIT;
 
+/* The registry is changed under registry_lock, one atomic pointer store at
+ * a time, so crawl__threads_foreach can read it without the lock while the
+ * world is stopped: a thread suspended inside attach or detach leaves the
+ * list consistent, and its node stays valid until it exits. */
+#define PUBLISH(lvalue, value) __atomic_store_n(&(lvalue), (value), __ATOMIC_RELEASE)
+
 static void registry_unlink(crawl__thread *th)
 {
     if (th->reg_prev)
-        th->reg_prev->reg_next = th->reg_next;
+        PUBLISH(th->reg_prev->reg_next, th->reg_next);
     else if (registry_head == th)
-        registry_head = th->reg_next;
+        PUBLISH(registry_head, th->reg_next);
     if (th->reg_next)
         th->reg_next->reg_prev = th->reg_prev;
-    th->reg_prev = th->reg_next = NULL;
+}
+
+void crawl__threads_foreach(void (*fn)(crawl__thread *th, void *ctx), void *ctx)
+{
+    for (crawl__thread *th = __atomic_load_n(&registry_head, __ATOMIC_ACQUIRE); th;
+         th = __atomic_load_n(&th->reg_next, __ATOMIC_ACQUIRE))
+        if (th->attached)
+            fn(th, ctx);
 }
 
 /* Runs when an attached thread exits: its TLS block is about to go away,
@@ -36,10 +49,10 @@ static void on_thread_exit(void *unused)
     crawl__thread *th = crawl__self();
     if (!th->attached)
         return;
+    th->attached = 0;
     pthread_mutex_lock(&registry_lock);
     registry_unlink(th);
     pthread_mutex_unlock(&registry_lock);
-    th->attached = 0;
     th->top = NULL;
     th->nframes = 0;
 }
@@ -98,15 +111,14 @@ int crawl_thread_attach(void)
     th->nframes = 0;
     th->last_type = NULL;
 
+    th->attached = 1;
     pthread_mutex_lock(&registry_lock);
     th->reg_prev = NULL;
     th->reg_next = registry_head;
     if (registry_head)
         registry_head->reg_prev = th;
-    registry_head = th;
+    PUBLISH(registry_head, th);
     pthread_mutex_unlock(&registry_lock);
-    atomic_signal_fence(memory_order_release);
-    th->attached = 1;
     return 0;
 }
 

@@ -9,6 +9,19 @@
 
 #include "frames/internal.h"
 
+/* What a walk callback sees (opaque in the public headers). */
+struct crawl_cf {
+    crawl_kind kind;
+    unsigned flags;
+    unsigned depth;
+    uintptr_t ip, sp;
+    crawl_frame *frame;
+    const void *method;
+    const crawl_regs *regs;
+    const crawl_vm_frame *vm;
+    const char *name;
+};
+
 /* ---- code ranges (code_range.c) ----------------------------------------- */
 typedef struct sw_range_table {
     size_t n;

@@ -9,18 +9,6 @@
 
 #include "stackwalk/internal.h"
 
-struct crawl_cf {
-    crawl_kind kind;
-    unsigned flags;
-    unsigned depth;
-    uintptr_t ip, sp;
-    crawl_frame *frame;
-    const void *method;
-    const crawl_regs *regs;
-    const crawl_vm_frame *vm;
-    const char *name;
-};
-
 typedef struct walk {
     crawl_walk_fn fn;
     void *ctx;

@@ -107,6 +107,13 @@ CRAWL_API void crawl_frame_push(crawl_frame *f, const crawl_frame_type *type);
  * one line naming both Frames' types. */
 CRAWL_API void crawl_frame_pop(crawl_frame *f);
 
+/* Pop every Frame newer than keep (keep stays on top; NULL empties the
+ * chain): for longjmp-style error handling that skips the pops of the C
+ * frames it abandons. Call it before the longjmp, while those Frames are
+ * still alive. Stops the process with one line if keep is not on the
+ * chain. Async-signal-safe. */
+CRAWL_API void crawl_frame_unwind_to(crawl_frame *keep);
+
 /* The newest Frame of the calling thread, or NULL. */
 CRAWL_API crawl_frame *crawl_frame_top(void);
 

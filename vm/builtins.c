@@ -1,0 +1,637 @@
+/* Builtin functions: printing, integers, strings, vectors, native buffers,
+ * the FFI, and GC/trace hooks. */
+#include <gc/gc.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "vm/vm.h"
+
+#define BUILTIN(cname) static value cname(vm_state *vm, int argc, value *argv)
+#define UNUSED_ARGS (void)vm, (void)argc, (void)argv
+
+static intptr_t want_int(vm_state *vm, value v, const char *who)
+{
+    if (!IS_FIX(v))
+        vm_error(vm, "type error: %s expects an integer, got %s", who, type_name(v));
+    return FIXVAL(v);
+}
+
+static value make_int(vm_state *vm, long long n, const char *who)
+{
+    if (n > FIX_MAX || n < FIX_MIN)
+        vm_error(vm, "integer overflow in %s", who);
+    return FIX(n);
+}
+
+static void *want(vm_state *vm, value v, otype t, const char *who, const char *what)
+{
+    if (!is_type(v, t))
+        vm_error(vm, "type error: %s expects a %s, got %s", who, what, type_name(v));
+    return (void *)v;
+}
+
+static void out(vm_state *vm, const char *s, size_t n)
+{
+    while (n) {
+        ssize_t w = write(vm->out_fd, s, n);
+        if (w <= 0)
+            return;
+        s += w;
+        n -= (size_t)w;
+    }
+}
+
+/* ---- printing --------------------------------------------------------------- */
+
+static void print_value(vm_state *vm, value v)
+{
+    char small[256];
+    int n = format_value(v, small, sizeof small, 0);
+    if (n < (int)sizeof small) {
+        out(vm, small, (size_t)n);
+        return;
+    }
+    char *big = malloc((size_t)n + 1);
+    if (!big)
+        vm_error(vm, "out of memory");
+    format_value(v, big, (size_t)n + 1, 0);
+    out(vm, big, (size_t)n);
+    free(big);
+}
+
+BUILTIN(b_print)
+{
+    for (int i = 0; i < argc; i++) {
+        if (i)
+            out(vm, " ", 1);
+        print_value(vm, argv[i]);
+    }
+    out(vm, "\n", 1);
+    return V_NIL;
+}
+
+BUILTIN(b_display)
+{
+    UNUSED_ARGS;
+    print_value(vm, argv[0]);
+    return V_NIL;
+}
+
+BUILTIN(b_str)
+{
+    UNUSED_ARGS;
+    if (is_type(argv[0], T_STRING))
+        return argv[0];
+    char small[256];
+    int n = format_value(argv[0], small, sizeof small, 0);
+    if (n < (int)sizeof small)
+        return make_string(small, (size_t)n);
+    char *big = malloc((size_t)n + 1);
+    if (!big)
+        vm_error(vm, "out of memory");
+    format_value(argv[0], big, (size_t)n + 1, 0);
+    value s = make_string(big, (size_t)n);
+    free(big);
+    return s;
+}
+
+/* ---- integers ---------------------------------------------------------------- */
+
+BUILTIN(b_add)
+{
+    long long r = 0;
+    for (int i = 0; i < argc; i++)
+        if (__builtin_add_overflow(r, want_int(vm, argv[i], "+"), &r))
+            vm_error(vm, "integer overflow in +");
+    return make_int(vm, r, "+");
+}
+
+BUILTIN(b_sub)
+{
+    long long r = want_int(vm, argv[0], "-");
+    if (argc == 1)
+        return make_int(vm, -r, "-");
+    for (int i = 1; i < argc; i++)
+        if (__builtin_sub_overflow(r, want_int(vm, argv[i], "-"), &r))
+            vm_error(vm, "integer overflow in -");
+    return make_int(vm, r, "-");
+}
+
+BUILTIN(b_mul)
+{
+    long long r = 1;
+    for (int i = 0; i < argc; i++)
+        if (__builtin_mul_overflow(r, want_int(vm, argv[i], "*"), &r))
+            vm_error(vm, "integer overflow in *");
+    return make_int(vm, r, "*");
+}
+
+static value divide(vm_state *vm, value *argv, int rem, const char *who)
+{
+    intptr_t a = want_int(vm, argv[0], who), b = want_int(vm, argv[1], who);
+    if (b == 0)
+        vm_error(vm, "division by zero in %s", who);
+    return make_int(vm, rem ? a % b : a / b, who);
+}
+
+BUILTIN(b_quotient) { UNUSED_ARGS; return divide(vm, argv, 0, "quotient"); }
+BUILTIN(b_remainder) { UNUSED_ARGS; return divide(vm, argv, 1, "remainder"); }
+
+#define CMP_BUILTIN(cname, text, op)                                                             \
+    BUILTIN(cname)                                                                               \
+    {                                                                                            \
+        UNUSED_ARGS;                                                                             \
+        return want_int(vm, argv[0], text) op want_int(vm, argv[1], text) ? V_TRUE : V_FALSE;    \
+    }
+CMP_BUILTIN(b_lt, "<", <)
+CMP_BUILTIN(b_le, "<=", <=)
+CMP_BUILTIN(b_gt, ">", >)
+CMP_BUILTIN(b_ge, ">=", >=)
+CMP_BUILTIN(b_numeq, "=", ==)
+
+BUILTIN(b_not) { UNUSED_ARGS; (void)vm; return TRUTHY(argv[0]) ? V_FALSE : V_TRUE; }
+
+static int equal(value a, value b)
+{
+    if (a == b)
+        return 1;
+    if (is_type(a, T_STRING) && is_type(b, T_STRING))
+        return strcmp(((vstring *)a)->s, ((vstring *)b)->s) == 0;
+    if (is_type(a, T_VECTOR) && is_type(b, T_VECTOR)) {
+        vvector *x = (vvector *)a, *y = (vvector *)b;
+        if (x->len != y->len)
+            return 0;
+        for (uint32_t i = 0; i < x->len; i++)
+            if (!equal(x->items[i], y->items[i]))
+                return 0;
+        return 1;
+    }
+    return 0;
+}
+
+BUILTIN(b_eq) { UNUSED_ARGS; (void)vm; return argv[0] == argv[1] ? V_TRUE : V_FALSE; }
+BUILTIN(b_equal) { UNUSED_ARGS; (void)vm; return equal(argv[0], argv[1]) ? V_TRUE : V_FALSE; }
+
+#define TYPE_PRED(cname, test)                                                                   \
+    BUILTIN(cname)                                                                               \
+    {                                                                                            \
+        UNUSED_ARGS;                                                                             \
+        (void)vm;                                                                                \
+        value v = argv[0];                                                                       \
+        return (test) ? V_TRUE : V_FALSE;                                                        \
+    }
+TYPE_PRED(b_integerp, IS_FIX(v))
+TYPE_PRED(b_stringp, is_type(v, T_STRING))
+TYPE_PRED(b_vectorp, is_type(v, T_VECTOR))
+TYPE_PRED(b_nilp, v == V_NIL)
+TYPE_PRED(b_procedurep, is_type(v, T_CLOSURE) || is_type(v, T_BUILTIN) || is_type(v, T_FFI))
+
+/* ---- strings and vectors ------------------------------------------------------- */
+
+BUILTIN(b_string_length)
+{
+    UNUSED_ARGS;
+    return FIX(((vstring *)want(vm, argv[0], T_STRING, "string-length", "string"))->len);
+}
+
+BUILTIN(b_string_append)
+{
+    size_t len = 0;
+    for (int i = 0; i < argc; i++)
+        len += ((vstring *)want(vm, argv[i], T_STRING, "string-append", "string"))->len;
+    vstring *s = GC_MALLOC_ATOMIC(sizeof *s + len + 1);
+    if (!s)
+        vm_error(vm, "out of memory");
+    s->h.type = T_STRING;
+    s->len = (uint32_t)len;
+    size_t at = 0;
+    for (int i = 0; i < argc; i++) {
+        vstring *part = (vstring *)argv[i];
+        memcpy(s->s + at, part->s, part->len);
+        at += part->len;
+    }
+    s->s[len] = '\0';
+    return (value)s;
+}
+
+BUILTIN(b_vector)
+{
+    (void)vm;
+    value v = make_vector((uint32_t)argc, V_NIL);
+    for (int i = 0; i < argc; i++)
+        ((vvector *)v)->items[i] = argv[i];
+    return v;
+}
+
+BUILTIN(b_make_vector)
+{
+    intptr_t n = want_int(vm, argv[0], "make-vector");
+    if (n < 0 || n > (1 << 28))
+        vm_error(vm, "make-vector: bad length %ld", (long)n);
+    return make_vector((uint32_t)n, argc > 1 ? argv[1] : V_NIL);
+}
+
+static value *vector_slot(vm_state *vm, value *argv, const char *who)
+{
+    vvector *v = want(vm, argv[0], T_VECTOR, who, "vector");
+    intptr_t i = want_int(vm, argv[1], who);
+    if (i < 0 || (uintptr_t)i >= v->len)
+        vm_error(vm, "index out of range: %s index %ld of a %u-element vector", who, (long)i,
+                 v->len);
+    return &v->items[i];
+}
+
+BUILTIN(b_vector_ref) { UNUSED_ARGS; return *vector_slot(vm, argv, "vector-ref"); }
+BUILTIN(b_vector_set)
+{
+    UNUSED_ARGS;
+    *vector_slot(vm, argv, "vector-set!") = argv[2];
+    return V_NIL;
+}
+BUILTIN(b_vector_length)
+{
+    UNUSED_ARGS;
+    return FIX(((vvector *)want(vm, argv[0], T_VECTOR, "vector-length", "vector"))->len);
+}
+
+/* ---- errors, traces, the collector ---------------------------------------------- */
+
+BUILTIN(b_error)
+{
+    char msg[400];
+    size_t n = 0;
+    for (int i = 0; i < argc && n < sizeof msg; i++) {
+        if (i)
+            n += (size_t)snprintf(msg + n, sizeof msg - n, " ");
+        if (n < sizeof msg)
+            n += (size_t)format_value(argv[i], msg + n, sizeof msg - n, i > 0);
+    }
+    vm_error(vm, "%s", msg);
+}
+
+BUILTIN(b_assert)
+{
+    if (!TRUTHY(argv[0])) {
+        char what[300] = "";
+        if (argc > 1)
+            format_value(argv[1], what, sizeof what, 0);
+        vm_error(vm, "assertion failed%s%s", argc > 1 ? ": " : "", what);
+    }
+    return V_TRUE;
+}
+
+BUILTIN(b_backtrace)
+{
+    UNUSED_ARGS;
+    vm_print_traceback(vm, vm->out_fd, "Traceback (most recent call first):");
+    return V_NIL;
+}
+
+BUILTIN(b_gc)
+{
+    UNUSED_ARGS;
+    (void)vm;
+    GC_gcollect();
+    return V_NIL;
+}
+
+BUILTIN(b_gc_count)
+{
+    UNUSED_ARGS;
+    (void)vm;
+    return FIX((intptr_t)GC_get_gc_no());
+}
+
+/* ---- native buffers (raw memory for the FFI) ------------------------------------ */
+
+static void GC_CALLBACK release_buffer(void *o, void *vmp)
+{
+    buffer_obj *b = o;
+    if (!b->freed)
+        ((vm_state *)vmp)->alloc.release(b->data);
+}
+
+BUILTIN(b_make_buffer)
+{
+    UNUSED_ARGS;
+    intptr_t n = want_int(vm, argv[0], "make-buffer");
+    if (n < 0 || n > (1L << 32))
+        vm_error(vm, "make-buffer: bad size %ld", (long)n);
+    buffer_obj *b = GC_MALLOC(sizeof *b);
+    if (!b)
+        vm_error(vm, "out of memory");
+    b->h.type = T_BUFFER;
+    b->size = (size_t)n;
+    b->data = vm->alloc.alloc((size_t)n);
+    if (!b->data)
+        vm_error(vm, "make-buffer: cannot allocate %ld bytes", (long)n);
+    memset(b->data, 0, (size_t)n);
+    GC_REGISTER_FINALIZER(b, release_buffer, vm, NULL, NULL);
+    return (value)b;
+}
+
+BUILTIN(b_buffer_free)
+{
+    UNUSED_ARGS;
+    buffer_obj *b = want(vm, argv[0], T_BUFFER, "buffer-free", "buffer");
+    if (b->freed && !vm->alloc.check)
+        vm_error(vm, "buffer-free: buffer already freed");
+    vm->alloc.release(b->data);          /* a checked heap reports a double free itself */
+    b->freed = 1;
+    return V_NIL;
+}
+
+BUILTIN(b_buffer_size)
+{
+    UNUSED_ARGS;
+    return FIX((intptr_t)((buffer_obj *)want(vm, argv[0], T_BUFFER, "buffer-size", "buffer"))->size);
+}
+
+/* Address of element i (of width bytes) for an access; every access is
+ * checked: by the VM, or by the checked heap when one is installed (it then
+ * reports overflows and use after free in its own words). */
+static unsigned char *buffer_at(vm_state *vm, value *argv, size_t width, int is_write, const char *who)
+{
+    buffer_obj *b = want(vm, argv[0], T_BUFFER, who, "buffer");
+    intptr_t i = want_int(vm, argv[1], who);
+    unsigned char *p = b->data + (size_t)i * width;
+    if (vm->alloc.check) {
+        if (vm->alloc.check(p, width, is_write) != 0)
+            vm_error(vm, "%s: invalid access reported by the checked heap", who);
+        return p;
+    }
+    if (b->freed)
+        vm_error(vm, "%s: buffer used after buffer-free", who);
+    if (i < 0 || (size_t)i >= b->size / width)
+        vm_error(vm, "index out of range: %s index %ld of a %zu-element buffer", who, (long)i,
+                 b->size / width);
+    return p;
+}
+
+BUILTIN(b_buffer_u8_ref) { UNUSED_ARGS; return FIX(*buffer_at(vm, argv, 1, 0, "buffer-u8-ref")); }
+BUILTIN(b_buffer_u8_set)
+{
+    UNUSED_ARGS;
+    intptr_t v = want_int(vm, argv[2], "buffer-u8-set!");
+    *buffer_at(vm, argv, 1, 1, "buffer-u8-set!") = (unsigned char)v;
+    return V_NIL;
+}
+BUILTIN(b_buffer_i32_ref)
+{
+    UNUSED_ARGS;
+    int32_t x;
+    memcpy(&x, buffer_at(vm, argv, 4, 0, "buffer-i32-ref"), 4);
+    return FIX(x);
+}
+BUILTIN(b_buffer_i32_set)
+{
+    UNUSED_ARGS;
+    int32_t x = (int32_t)want_int(vm, argv[2], "buffer-i32-set!");
+    memcpy(buffer_at(vm, argv, 4, 1, "buffer-i32-set!"), &x, 4);
+    return V_NIL;
+}
+
+/* (peek-i32 pointer [index]): read C memory handed to a callback. */
+BUILTIN(b_peek_i32)
+{
+    pointer_obj *p = want(vm, argv[0], T_POINTER, "peek-i32", "pointer");
+    intptr_t i = argc > 1 ? want_int(vm, argv[1], "peek-i32") : 0;
+    if (!p->p)
+        vm_error(vm, "peek-i32: NULL pointer");
+    int32_t x;
+    memcpy(&x, (const char *)p->p + i * 4, 4);
+    return FIX(x);
+}
+
+/* ---- the FFI ------------------------------------------------------------------------ */
+
+static value make_pointer(vm_state *vm, void *p)
+{
+    if (!p)
+        return V_NIL;
+    pointer_obj *o = GC_MALLOC(sizeof *o);
+    if (!o)
+        vm_error(vm, "out of memory");
+    o->h.type = T_POINTER;
+    o->p = p;
+    return (value)o;
+}
+
+static void GC_CALLBACK free_ffi(void *o, void *unused)
+{
+    (void)unused;
+    crawl_ffi_free(((ffi_obj *)o)->fn);
+}
+
+BUILTIN(b_ffi_fn)
+{
+    UNUSED_ARGS;
+    const char *lib = argv[0] == V_NIL ? NULL
+                                       : ((vstring *)want(vm, argv[0], T_STRING, "ffi-fn", "string"))->s;
+    const char *sym = ((vstring *)want(vm, argv[1], T_STRING, "ffi-fn", "string"))->s;
+    const char *sig = ((vstring *)want(vm, argv[2], T_STRING, "ffi-fn", "string"))->s;
+    char err[300];
+    crawl_ffi_fn *fn = crawl_ffi_open(lib, sym, sig, err, sizeof err);
+    if (!fn)
+        vm_error(vm, "ffi error: %s", err);
+    ffi_obj *o = GC_MALLOC(sizeof *o);
+    if (!o) {
+        crawl_ffi_free(fn);
+        vm_error(vm, "out of memory");
+    }
+    o->h.type = T_FFI;
+    o->fn = fn;
+    GC_REGISTER_FINALIZER(o, free_ffi, NULL, NULL, NULL);
+    return (value)o;
+}
+
+static crawl_ffi_value to_c(vm_state *vm, value v, char type, const char *fn, int argno)
+{
+    crawl_ffi_value c = {.L = 0};
+    switch (type) {
+    case 'i': case 'u': case 'l': case 'L': case 'z':
+        if (!IS_FIX(v))
+            break;
+        c.l = FIXVAL(v);
+        return c;
+    case 'd':
+        if (!IS_FIX(v))
+            break;
+        c.d = (double)FIXVAL(v);
+        return c;
+    case 's':
+        if (v == V_NIL)
+            return c;
+        if (!is_type(v, T_STRING))
+            break;
+        c.s = ((vstring *)v)->s;
+        return c;
+    case 'p':
+        if (v == V_NIL)
+            return c;
+        if (is_type(v, T_BUFFER)) {
+            if (((buffer_obj *)v)->freed && !vm->alloc.check)
+                vm_error(vm, "ffi error: argument %d of %s is a freed buffer", argno, fn);
+            c.p = ((buffer_obj *)v)->data;
+            return c;
+        }
+        if (is_type(v, T_POINTER)) {
+            c.p = ((pointer_obj *)v)->p;
+            return c;
+        }
+        if (is_type(v, T_CALLBACK)) {
+            c.p = crawl_ffi_closure_code(((callback_obj *)v)->c);
+            return c;
+        }
+        if (is_type(v, T_STRING)) {
+            c.p = ((vstring *)v)->s;
+            return c;
+        }
+        break;
+    }
+    vm_error(vm, "ffi error: argument %d of %s must be %s, got %s", argno, fn,
+             type == 's' ? "a string or nil"
+             : type == 'p' ? "a buffer, pointer, callback, string or nil"
+                           : "an integer",
+             type_name(v));
+}
+
+static value from_c(vm_state *vm, crawl_ffi_value c, char type, const char *who)
+{
+    switch (type) {
+    case 'v': return V_NIL;
+    case 'i': return FIX(c.i);
+    case 'u': return FIX(c.u);
+    case 'l': return make_int(vm, c.l, who);
+    case 'L':
+    case 'z':
+        if (c.L > (unsigned long)FIX_MAX)
+            vm_error(vm, "ffi error: result of %s does not fit in an integer", who);
+        return FIX((intptr_t)c.L);
+    case 'd': return make_int(vm, (long long)c.d, who);
+    case 's': return c.s ? make_string(c.s, strlen(c.s)) : V_NIL;
+    default: return make_pointer(vm, c.p);
+    }
+}
+
+value call_ffi(vm_state *vm, ffi_obj *f, int argc, value *argv)
+{
+    const char *name = crawl_ffi_name(f->fn);
+    unsigned n = crawl_ffi_nargs(f->fn);
+    if ((unsigned)argc != n)
+        vm_error(vm, "bad arity: native %s takes %u argument(s), got %d", name, n, argc);
+    crawl_ffi_value args[CRAWL_FFI_MAX_ARGS], ret = {.L = 0};
+    for (unsigned i = 0; i < n; i++)
+        args[i] = to_c(vm, argv[i], crawl_ffi_arg_type(f->fn, i), name, (int)i + 1);
+    crawl_ffi_call(f->fn, &ret, args);
+    return from_c(vm, ret, crawl_ffi_ret_type(f->fn), name);
+}
+
+/* C called a callback: run its VM closure (in a new interpreter segment). */
+static void callback_handler(const crawl_ffi_closure *c, crawl_ffi_value *ret,
+                             const crawl_ffi_value *args, void *user)
+{
+    callback_obj *cb = user;
+    vm_state *vm = cb->vm;
+    value argv[CRAWL_FFI_MAX_ARGS];
+    unsigned n = crawl_ffi_closure_nargs(c);
+    for (unsigned i = 0; i < n; i++)
+        argv[i] = from_c(vm, args[i], crawl_ffi_closure_arg_type(c, i), "callback");
+    value r = vm_call(vm, cb->closure, (int)n, argv);
+    char rt = crawl_ffi_closure_ret_type(c);
+    if (rt != 'v')
+        *ret = to_c(vm, r, rt, "the callback's result", 0);
+}
+
+static void GC_CALLBACK free_callback(void *o, void *unused)
+{
+    (void)unused;
+    crawl_ffi_closure_free(((callback_obj *)o)->c);
+}
+
+BUILTIN(b_ffi_callback)
+{
+    UNUSED_ARGS;
+    if (!is_type(argv[0], T_CLOSURE))
+        vm_error(vm, "type error: ffi-callback expects a function, got %s", type_name(argv[0]));
+    const char *sig = ((vstring *)want(vm, argv[1], T_STRING, "ffi-callback", "string"))->s;
+    callback_obj *cb = GC_MALLOC(sizeof *cb);
+    if (!cb)
+        vm_error(vm, "out of memory");
+    cb->h.type = T_CALLBACK;
+    cb->closure = argv[0];
+    cb->vm = vm;
+    char err[300];
+    /* the closure's user pointer is not seen by Boehm: the script keeps cb alive */
+    cb->c = crawl_ffi_closure_new(sig, callback_handler, cb, ((closure *)argv[0])->p, err, sizeof err);
+    if (!cb->c)
+        vm_error(vm, "ffi error: %s", err);
+    GC_REGISTER_FINALIZER(cb, free_callback, NULL, NULL, NULL);
+    return (value)cb;
+}
+
+/* ---- installation ---------------------------------------------------------------------- */
+
+static void def(vm_state *vm, const char *name, int min, int max, builtin_fn fn)
+{
+    builtin *b = GC_MALLOC(sizeof *b);
+    if (!b) {
+        fprintf(stderr, "crawlvm: out of memory\n");
+        exit(70);
+    }
+    b->h.type = T_BUILTIN;
+    b->name = name;
+    b->min_args = min;
+    b->max_args = max;
+    b->fn = fn;
+    vm_set_global(vm, name, (value)b);
+}
+
+void install_builtins(vm_state *vm)
+{
+    def(vm, "print", 0, -1, b_print);
+    def(vm, "display", 1, 1, b_display);
+    def(vm, "str", 1, 1, b_str);
+    def(vm, "+", 0, -1, b_add);
+    def(vm, "-", 1, -1, b_sub);
+    def(vm, "*", 0, -1, b_mul);
+    def(vm, "quotient", 2, 2, b_quotient);
+    def(vm, "remainder", 2, 2, b_remainder);
+    def(vm, "<", 2, 2, b_lt);
+    def(vm, "<=", 2, 2, b_le);
+    def(vm, ">", 2, 2, b_gt);
+    def(vm, ">=", 2, 2, b_ge);
+    def(vm, "=", 2, 2, b_numeq);
+    def(vm, "not", 1, 1, b_not);
+    def(vm, "eq?", 2, 2, b_eq);
+    def(vm, "equal?", 2, 2, b_equal);
+    def(vm, "integer?", 1, 1, b_integerp);
+    def(vm, "string?", 1, 1, b_stringp);
+    def(vm, "vector?", 1, 1, b_vectorp);
+    def(vm, "nil?", 1, 1, b_nilp);
+    def(vm, "procedure?", 1, 1, b_procedurep);
+    def(vm, "string-length", 1, 1, b_string_length);
+    def(vm, "string-append", 0, -1, b_string_append);
+    def(vm, "vector", 0, -1, b_vector);
+    def(vm, "make-vector", 1, 2, b_make_vector);
+    def(vm, "vector-ref", 2, 2, b_vector_ref);
+    def(vm, "vector-set!", 3, 3, b_vector_set);
+    def(vm, "vector-length", 1, 1, b_vector_length);
+    def(vm, "error", 1, -1, b_error);
+    def(vm, "assert", 1, 2, b_assert);
+    def(vm, "backtrace", 0, 0, b_backtrace);
+    def(vm, "gc", 0, 0, b_gc);
+    def(vm, "gc-count", 0, 0, b_gc_count);
+    def(vm, "make-buffer", 1, 1, b_make_buffer);
+    def(vm, "buffer-free", 1, 1, b_buffer_free);
+    def(vm, "buffer-size", 1, 1, b_buffer_size);
+    def(vm, "buffer-u8-ref", 2, 2, b_buffer_u8_ref);
+    def(vm, "buffer-u8-set!", 3, 3, b_buffer_u8_set);
+    def(vm, "buffer-i32-ref", 2, 2, b_buffer_i32_ref);
+    def(vm, "buffer-i32-set!", 3, 3, b_buffer_i32_set);
+    def(vm, "peek-i32", 1, 2, b_peek_i32);
+    def(vm, "ffi-fn", 3, 3, b_ffi_fn);
+    def(vm, "ffi-callback", 2, 2, b_ffi_callback);
+}

@@ -1,0 +1,265 @@
+/* The interpreter loop.
+ *
+ * VM -> VM calls do not recurse in C: they push a callinfo and keep going.
+ * Each entry into this function pushes one interpreter segment Frame that
+ * reports the activations it runs (and their stack slots as GC roots). The
+ * loop recurses in C only when native code calls back into the VM
+ * (vm_call). Before anything that may allocate, walk or fail, SAVE() makes
+ * vm->top and the current pc exact, so the roots a collection sees and the
+ * lines a traceback prints are right. */
+#include <gc/gc.h>
+#include <string.h>
+
+#include "vm/opcodes.h"
+#include "vm/vm.h"
+
+#define SAVE() (vm->top = (uint32_t)(sp - stack), ci->pc = pc)
+#define FAIL(...) (SAVE(), vm_error(vm, __VA_ARGS__))
+
+static void check_fix2(vm_state *vm, value a, value b, const char *op)
+{
+    if (!IS_FIX(a))
+        vm_error(vm, "type error: %s expects integers, got %s", op, type_name(a));
+    vm_error(vm, "type error: %s expects integers, got %s", op, type_name(b));
+}
+
+value interp_run(vm_state *vm, uint32_t fn_slot, int argc)
+{
+    value *const stack = vm->stack;
+    segment seg = {.vm = vm, .ci_base = vm->nci, .v_base = fn_slot, .outer = vm->seg};
+    if (vm->seg) {
+        vm->seg->ci_end = vm->nci;
+        vm->seg->v_end = fn_slot;
+    }
+    crawl_frame_push(&seg.frame, &segment_type);
+    vm->seg = &seg;
+
+    static void *const dispatch[OP__COUNT] = {
+#define X(name) [OP_##name] = &&op_##name,
+        OPCODES(X)
+#undef X
+    };
+
+    value *sp = stack + fn_slot + 1 + argc;
+    callinfo *ci = NULL;
+    closure *cl;
+    const uint32_t *code;
+    const value *consts;
+    value *base;
+    uint32_t pc = 0, ins;
+
+    /* enter the first closure like OP_CALL does */
+    value *fnp = stack + fn_slot;
+    goto call_closure;
+
+#define NEXT() goto *dispatch[INS_OP(ins = code[pc++])]
+
+op_CONST:
+    *sp++ = consts[INS_ARG(ins)];
+    NEXT();
+op_INT:
+    *sp++ = FIX(INS_SARG(ins));
+    NEXT();
+op_NIL:
+    *sp++ = V_NIL;
+    NEXT();
+op_TRUE:
+    *sp++ = V_TRUE;
+    NEXT();
+op_FALSE:
+    *sp++ = V_FALSE;
+    NEXT();
+op_GETL:
+    *sp++ = base[INS_ARG(ins)];
+    NEXT();
+op_SETL:
+    base[INS_ARG(ins)] = *--sp;
+    NEXT();
+op_GETF:
+    *sp++ = cl->free[INS_ARG(ins)];
+    NEXT();
+op_SELF:
+    *sp++ = (value)cl;
+    NEXT();
+op_GETG: {
+    value v = vm->globals[INS_ARG(ins)];
+    if (v == V_UNBOUND)
+        FAIL("unbound variable '%s'", vm->global_names[INS_ARG(ins)]);
+    *sp++ = v;
+    NEXT();
+}
+op_SETG:
+    if (vm->globals[INS_ARG(ins)] == V_UNBOUND)
+        FAIL("set! of undefined variable '%s'", vm->global_names[INS_ARG(ins)]);
+    vm->globals[INS_ARG(ins)] = *--sp;
+    NEXT();
+op_DEFG:
+    vm->globals[INS_ARG(ins)] = *--sp;
+    NEXT();
+op_POP:
+    sp--;
+    NEXT();
+op_DUP:
+    sp[0] = sp[-1];
+    sp++;
+    NEXT();
+op_JMP:
+    pc += (uint32_t)INS_SARG(ins);
+    NEXT();
+op_JF:
+    if (!TRUTHY(*--sp))
+        pc += (uint32_t)INS_SARG(ins);
+    NEXT();
+op_JT:
+    if (TRUTHY(*--sp))
+        pc += (uint32_t)INS_SARG(ins);
+    NEXT();
+op_NOT:
+    sp[-1] = TRUTHY(sp[-1]) ? V_FALSE : V_TRUE;
+    NEXT();
+
+    /* Fixnums are 2n+1: a+b-1 and a-b+1 stay tagged, and overflow of the
+     * machine addition is exactly overflow of the 62-bit integer. */
+op_ADD: {
+    value b = *--sp, a = sp[-1];
+    intptr_t r;
+    if (!(IS_FIX(a) & IS_FIX(b)))
+        SAVE(), check_fix2(vm, a, b, "+");
+    if (__builtin_add_overflow((intptr_t)a, (intptr_t)b - 1, &r))
+        FAIL("integer overflow in +");
+    sp[-1] = (value)r;
+    NEXT();
+}
+op_SUB: {
+    value b = *--sp, a = sp[-1];
+    intptr_t r;
+    if (!(IS_FIX(a) & IS_FIX(b)))
+        SAVE(), check_fix2(vm, a, b, "-");
+    if (__builtin_sub_overflow((intptr_t)a, (intptr_t)b - 1, &r))
+        FAIL("integer overflow in -");
+    sp[-1] = (value)r;
+    NEXT();
+}
+op_MUL: {
+    value b = *--sp, a = sp[-1];
+    intptr_t r;
+    if (!(IS_FIX(a) & IS_FIX(b)))
+        SAVE(), check_fix2(vm, a, b, "*");
+    if (__builtin_mul_overflow(FIXVAL(a), FIXVAL(b), &r) || r > FIX_MAX || r < FIX_MIN)
+        FAIL("integer overflow in *");
+    sp[-1] = FIX(r);
+    NEXT();
+}
+#define COMPARE(opname, text, cmp)                                                               \
+    op_##opname : {                                                                              \
+        value b = *--sp, a = sp[-1];                                                             \
+        if (!(IS_FIX(a) & IS_FIX(b)))                                                            \
+            SAVE(), check_fix2(vm, a, b, text);                                                  \
+        sp[-1] = ((intptr_t)a cmp(intptr_t) b) ? V_TRUE : V_FALSE;                               \
+        NEXT();                                                                                  \
+    }
+    COMPARE(LT, "<", <)
+    COMPARE(LE, "<=", <=)
+    COMPARE(GT, ">", >)
+    COMPARE(GE, ">=", >=)
+    COMPARE(NUMEQ, "=", ==)
+
+op_CLOSURE: {
+    proto *p = (proto *)consts[INS_ARG(ins)];
+    SAVE();
+    closure *c = GC_MALLOC(sizeof *c + (size_t)p->nfree * sizeof(value));
+    if (!c)
+        FAIL("out of memory");
+    c->h.type = T_CLOSURE;
+    c->p = p;
+    for (int i = 0; i < p->nfree; i++) {
+        uint32_t cap = p->captures[i];
+        c->free[i] = cap == CAPTURE_SELF              ? (value)cl
+                     : (cap & CAPTURE_FROM_LOCAL) ? base[cap & ~CAPTURE_FROM_LOCAL]
+                                                      : cl->free[cap];
+    }
+    *sp++ = (value)c;
+    NEXT();
+}
+
+op_CALL: {
+    argc = (int)INS_ARG(ins);
+    fnp = sp - argc - 1;
+    value f = *fnp;
+    if (is_type(f, T_CLOSURE)) {
+        ci->pc = pc;
+        goto call_closure;
+    }
+    SAVE();
+    value r;
+    if (is_type(f, T_BUILTIN)) {
+        builtin *b = (builtin *)f;
+        if (argc < b->min_args || (b->max_args >= 0 && argc > b->max_args)) {
+            if (b->min_args == b->max_args)
+                vm_error(vm, "bad arity: %s takes %d argument(s), got %d", b->name, b->min_args,
+                         argc);
+            vm_error(vm, "bad arity: %s takes %s%d argument(s), got %d", b->name,
+                     argc < b->min_args ? "at least " : "at most ",
+                     argc < b->min_args ? b->min_args : b->max_args, argc);
+        }
+        r = b->fn(vm, argc, fnp + 1);
+    } else if (is_type(f, T_FFI)) {
+        r = call_ffi(vm, (ffi_obj *)f, argc, fnp + 1);
+    } else {
+        vm_error(vm, "type error: cannot call %s", type_name(f));
+    }
+    *fnp = r;
+    sp = fnp + 1;
+    NEXT();
+}
+
+call_closure: {
+    cl = (closure *)*fnp;
+    proto *p = cl->p;
+    if (argc != p->nparams) {
+        if (ci)
+            SAVE();
+        vm_error(vm, "bad arity: %s takes %d argument(s), got %d", p->name, p->nparams, argc);
+    }
+    uint32_t nbase = (uint32_t)(fnp + 1 - stack);
+    if (vm->nci >= vm->ci_cap || nbase + (uint32_t)p->maxstack >= vm->stack_cap) {
+        if (ci)
+            SAVE();
+        vm_error(vm, "stack overflow (%u nested calls)", vm->nci);
+    }
+    ci = &vm->ci[vm->nci++];
+    ci->cl = cl;
+    ci->pc = 0;
+    ci->base = nbase;
+    base = stack + nbase;
+    for (int i = p->nparams; i < p->nlocals; i++)
+        base[i] = V_NIL;
+    sp = base + p->nlocals;
+    code = p->code;
+    consts = p->consts;
+    pc = 0;
+    NEXT();
+}
+
+op_RET: {
+    value r = sp[-1];
+    sp = stack + ci->base - 1;           /* the callee's slot */
+    *sp++ = r;
+    vm->nci--;
+    if (vm->nci == seg.ci_base) {
+        vm->top = fn_slot;
+        crawl_frame_pop(&seg.frame);
+        vm->seg = seg.outer;
+        if (seg.outer)
+            seg.outer->ci_end = seg.outer->v_end = 0;
+        return r;
+    }
+    ci = &vm->ci[vm->nci - 1];
+    cl = ci->cl;
+    base = stack + ci->base;
+    code = cl->p->code;
+    consts = cl->p->consts;
+    pc = ci->pc;
+    NEXT();
+}
+}

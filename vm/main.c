@@ -1,0 +1,112 @@
+/* crawlvm: the command line. */
+#include <errno.h>
+#include <gc/gc.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "vm/vm.h"
+
+static const char usage[] =
+    "usage: crawlvm [options] FILE\n"
+    "       crawlvm [options] -e EXPR\n"
+    "Runs a crawlvm script (an s-expression language; see README.md).\n"
+    "  -e EXPR      evaluate EXPR instead of a file\n"
+    "  --native     show the C frames between script frames in tracebacks\n"
+    "  --fast       walk stacks with frame pointers instead of DWARF CFI\n"
+    "  --gc-stats   print collector statistics at exit\n"
+    "  --help       this text\n"
+    "Exit status: 0 success, 1 script error, 2 bad usage.\n";
+
+static char *read_file(const char *path)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return NULL;
+    size_t cap = 4096, len = 0;
+    char *buf = malloc(cap);
+    size_t n;
+    while (buf && (n = fread(buf + len, 1, cap - len - 1, f)) > 0) {
+        len += n;
+        if (len + 1 == cap) {
+            char *b = realloc(buf, cap *= 2);
+            if (!b) {
+                free(buf);
+                buf = NULL;
+            }
+            buf = b;
+        }
+    }
+    int err = ferror(f);
+    fclose(f);
+    if (!buf || err) {
+        free(buf);
+        errno = err ? EIO : ENOMEM;
+        return NULL;
+    }
+    buf[len] = '\0';
+    return buf;
+}
+
+int main(int argc, char **argv)
+{
+    const char *file = NULL, *expr = NULL;
+    int native = 0, fast = 0, gc_stats = 0;
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
+            fputs(usage, stdout);
+            return 0;
+        } else if (strcmp(argv[i], "--native") == 0) {
+            native = 1;
+        } else if (strcmp(argv[i], "--fast") == 0) {
+            fast = 1;
+        } else if (strcmp(argv[i], "--gc-stats") == 0) {
+            gc_stats = 1;
+        } else if (strcmp(argv[i], "-e") == 0) {
+            if (++i == argc) {
+                fprintf(stderr, "crawlvm: -e needs an expression\n%s", usage);
+                return 2;
+            }
+            expr = argv[i];
+        } else if (argv[i][0] == '-' && argv[i][1]) {
+            fprintf(stderr, "crawlvm: unknown option '%s'\n%s", argv[i], usage);
+            return 2;
+        } else if (!file && !expr) {
+            file = argv[i];
+        } else {
+            fprintf(stderr, "crawlvm: more than one script given\n%s", usage);
+            return 2;
+        }
+    }
+    if (!file && !expr) {
+        fprintf(stderr, "crawlvm: no script given\n%s", usage);
+        return 2;
+    }
+    char *source = NULL;
+    if (file && !(source = read_file(file))) {
+        fprintf(stderr, "crawlvm: cannot read '%s': %s\n", file, strerror(errno));
+        return 2;
+    }
+
+    GC_INIT();
+    crawl_thread_attach();
+    crawl_boehm_install();
+    vm_state *vm = vm_new();
+    if (!vm) {
+        fprintf(stderr, "crawlvm: out of memory\n");
+        return 70;
+    }
+    vm->native_traces = native;
+    vm->walk_flags = fast ? CRAWL_WALK_FAST : 0;
+    vm_install_fatal_handlers(vm);
+    int rc = vm_eval(vm, expr ? expr : source, expr ? "-e" : file, NULL);
+    fflush(stdout);
+    if (gc_stats)
+        fprintf(stderr,
+                "gc: %lu collections, heap %zu KiB (%zu KiB free), %lu roots from crawl in the "
+                "last one\n",
+                (unsigned long)GC_get_gc_no(), GC_get_heap_size() / 1024,
+                GC_get_free_bytes() / 1024, crawl_boehm_last_root_count());
+    free(source);
+    return rc == 0 ? 0 : 1;
+}

@@ -1,0 +1,173 @@
+/* Errors, tracebacks, fatal signals, and the interpreter segment Frame type. */
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "vm/vm.h"
+
+/* ---- the interpreter segment Frame ----------------------------------------- */
+
+static uint32_t seg_ci_end(const segment *s)
+{
+    return s->ci_end ? s->ci_end : s->vm->nci;
+}
+
+static int proto_line(const proto *p, uint32_t pc)
+{
+    return pc > 0 && (int)pc <= p->ncode ? p->lines[pc - 1] : p->line;
+}
+
+/* Activations newest first: callinfos [ci_base, end) backwards. */
+static int seg_next(const crawl_frame *f, crawl_vm_frame *vf)
+{
+    const segment *s = (const segment *)f;
+    uint32_t end = seg_ci_end(s);
+    if (vf->iter >= end - s->ci_base)
+        return 0;
+    const callinfo *ci = &s->vm->ci[end - 1 - vf->iter];
+    vf->method = ci->cl->p;
+    vf->pc = ci->pc;
+    vf->activation = ci;
+    vf->iter++;
+    return 1;
+}
+
+static int seg_describe(const crawl_frame *f, const crawl_vm_frame *vf, char *buf, size_t len)
+{
+    (void)f;
+    const proto *p = vf->method;
+    return snprintf(buf, len, "%s %s:%d", p->name, p->file, proto_line(p, (uint32_t)vf->pc));
+}
+
+/* Every callinfo's closure and every value-stack slot of this segment. */
+static void seg_roots(crawl_frame *f, crawl_roots *sink)
+{
+    segment *s = (segment *)f;
+    vm_state *v = s->vm;
+    if (v->withhold_roots)
+        return;
+    uint32_t end = seg_ci_end(s);
+    for (uint32_t i = s->ci_base; i < end; i++)
+        crawl_roots_report(sink, (void **)&v->ci[i].cl, 0);
+    uint32_t vend = s->v_end ? s->v_end : v->top;
+    for (uint32_t i = s->v_base; i < vend; i++)
+        crawl_roots_report(sink, (void **)&v->stack[i], 0);
+}
+
+const crawl_frame_type segment_type = {
+    .name = "crawlvm-interpreter",
+    .kind = CRAWL_FRAME_KIND_INTERP,
+    .enum_roots = seg_roots,
+    .vm_next = seg_next,
+    .vm_describe = seg_describe,
+};
+
+/* ---- tracebacks -------------------------------------------------------------- */
+
+typedef struct tb {
+    int fd;
+    unsigned lines;
+    int skip_to_vm;                     /* drop the C frames of crawlvm's own error/trace code */
+} tb;
+
+static void put(int fd, const char *s, size_t n)
+{
+    while (n) {
+        ssize_t w = write(fd, s, n);
+        if (w <= 0)
+            return;
+        s += w;
+        n -= (size_t)w;
+    }
+}
+
+static crawl_action tb_frame(const crawl_cf *cf, void *ctx)
+{
+    tb *t = ctx;
+    char text[700], line[800];
+    int n;
+    if (t->skip_to_vm && crawl_cf_kind(cf) != CRAWL_CF_VM)
+        return CRAWL_CONTINUE;
+    t->skip_to_vm = 0;
+    if (crawl_cf_kind(cf) == CRAWL_CF_VM) {
+        const proto *p = crawl_cf_method(cf);
+        n = snprintf(line, sizeof line, "  %s at %s:%d\n", p->name, p->file,
+                     proto_line(p, (uint32_t)crawl_cf_ip(cf)));
+    } else {
+        crawl_cf_describe(cf, text, sizeof text);
+        n = snprintf(line, sizeof line, "  [C] %s\n", text);
+    }
+    if (n > 0)
+        put(t->fd, line, (size_t)n < sizeof line ? (size_t)n : sizeof line - 1);
+    t->lines++;
+    return CRAWL_CONTINUE;
+}
+
+static unsigned traceback_flags(const vm_state *v)
+{
+    return v->native_traces ? v->walk_flags
+                            : v->walk_flags | CRAWL_WALK_SKIP_NATIVE | CRAWL_WALK_FUNCTIONS_ONLY;
+}
+
+void vm_print_traceback(vm_state *v, int fd, const char *title)
+{
+    put(fd, title, strlen(title));
+    put(fd, "\n", 1);
+    tb t = {fd, 0, 1};
+    crawl_walk(tb_frame, &t, traceback_flags(v));
+}
+
+_Noreturn void vm_error(vm_state *v, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(v->error, sizeof v->error, fmt, ap);
+    va_end(ap);
+    vm_print_traceback(v, STDERR_FILENO, "Traceback (most recent call first):");
+    dprintf(STDERR_FILENO, "error: %s\n", v->error);
+    if (!v->on_error)
+        exit(1);
+    /* back to vm_eval: cut the Frame chain and the VM stacks to what it saw */
+    crawl_frame_unwind_to(v->error_frame_top);
+    v->top = v->error_top;
+    v->nci = v->error_nci;
+    v->seg = v->error_seg;
+    if (v->seg)
+        v->seg->ci_end = v->seg->v_end = 0;
+    longjmp(*v->on_error, 1);
+}
+
+/* ---- fatal signals in native code ---------------------------------------------- */
+
+static vm_state *fatal_vm;
+
+static void on_fatal(int sig, siginfo_t *si, void *uc)
+{
+    char head[160];
+    int n = snprintf(head, sizeof head, "crawlvm: fatal signal %d (%s) at address %p\n", sig,
+                     strsignal(sig), si->si_addr);
+    put(STDERR_FILENO, head, (size_t)n);
+    put(STDERR_FILENO, "Traceback (most recent call first):\n", 36);
+    /* Symbolizing allocates: not async-signal-safe, but the process is
+     * dying and this is the report it exists to give. */
+    tb t = {STDERR_FILENO, 0, 0};       /* here the top C frames are the crash */
+    crawl_walk_context(uc, tb_frame, &t, fatal_vm ? fatal_vm->walk_flags : 0);
+    signal(sig, SIG_DFL);
+    raise(sig);                          /* delivered when the handler returns */
+}
+
+void vm_install_fatal_handlers(vm_state *v)
+{
+    static char altstack[256 * 1024];
+    fatal_vm = v;
+    stack_t ss = {.ss_sp = altstack, .ss_size = sizeof altstack};
+    sigaltstack(&ss, NULL);
+    struct sigaction sa = {.sa_sigaction = on_fatal, .sa_flags = SA_SIGINFO | SA_ONSTACK};
+    sigemptyset(&sa.sa_mask);
+    const int sigs[] = {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT};
+    for (size_t i = 0; i < sizeof sigs / sizeof sigs[0]; i++)
+        sigaction(sigs[i], &sa, NULL);
+}

@@ -1,0 +1,106 @@
+/* Values: construction, type names, printing. */
+#include <gc/gc.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "vm/vm.h"
+
+value make_string(const char *s, size_t len)
+{
+    vstring *v = GC_MALLOC_ATOMIC(sizeof *v + len + 1);
+    if (!v) {
+        fprintf(stderr, "crawlvm: out of memory\n");
+        exit(70);
+    }
+    v->h.type = T_STRING;
+    v->len = (uint32_t)len;
+    memcpy(v->s, s, len);
+    v->s[len] = '\0';
+    return (value)v;
+}
+
+value make_vector(uint32_t len, value init)
+{
+    vvector *v = GC_MALLOC(sizeof *v + (size_t)len * sizeof(value));
+    if (!v) {
+        fprintf(stderr, "crawlvm: out of memory\n");
+        exit(70);
+    }
+    v->h.type = T_VECTOR;
+    v->len = len;
+    for (uint32_t i = 0; i < len; i++)
+        v->items[i] = init;
+    return (value)v;
+}
+
+const char *type_name(value v)
+{
+    if (IS_FIX(v))
+        return "integer";
+    switch (v) {
+    case V_NIL: return "nil";
+    case V_TRUE:
+    case V_FALSE: return "boolean";
+    case V_UNBOUND: return "unbound";
+    }
+    if (!IS_OBJ(v))
+        return "?";
+    switch (obj_type(v)) {
+    case T_STRING: return "string";
+    case T_VECTOR: return "vector";
+    case T_PROTO: return "prototype";
+    case T_CLOSURE: return "function";
+    case T_BUILTIN: return "builtin";
+    case T_FFI: return "native function";
+    case T_CALLBACK: return "callback";
+    case T_BUFFER: return "buffer";
+    case T_POINTER: return "pointer";
+    }
+    return "?";
+}
+
+int format_value(value v, char *buf, size_t len, int quote)
+{
+    if (IS_FIX(v))
+        return snprintf(buf, len, "%ld", (long)FIXVAL(v));
+    switch (v) {
+    case V_NIL: return snprintf(buf, len, "nil");
+    case V_TRUE: return snprintf(buf, len, "#t");
+    case V_FALSE: return snprintf(buf, len, "#f");
+    }
+    if (!IS_OBJ(v))
+        return snprintf(buf, len, "#<?>");
+    switch (obj_type(v)) {
+    case T_STRING:
+        return snprintf(buf, len, quote ? "\"%s\"" : "%s", ((vstring *)v)->s);
+    case T_VECTOR: {
+        vvector *vec = (vvector *)v;
+        size_t n = (size_t)snprintf(buf, len, "[");
+        for (uint32_t i = 0; i < vec->len; i++) {
+            if (n < len && i)
+                n += (size_t)snprintf(buf + n, len - n, " ");
+            if (n < len)
+                n += (size_t)format_value(vec->items[i], buf + n, len - n, 1);
+        }
+        if (n < len)
+            n += (size_t)snprintf(buf + n, len - n, "]");
+        return (int)n;
+    }
+    case T_CLOSURE:
+        return snprintf(buf, len, "#<function %s>", ((closure *)v)->p->name);
+    case T_BUILTIN:
+        return snprintf(buf, len, "#<builtin %s>", ((builtin *)v)->name);
+    case T_FFI:
+        return snprintf(buf, len, "#<native %s>", crawl_ffi_name(((ffi_obj *)v)->fn));
+    case T_CALLBACK:
+        return snprintf(buf, len, "#<callback %p>", crawl_ffi_closure_code(((callback_obj *)v)->c));
+    case T_BUFFER:
+        return snprintf(buf, len, "#<buffer %zu bytes%s>", ((buffer_obj *)v)->size,
+                        ((buffer_obj *)v)->freed ? ", freed" : "");
+    case T_POINTER:
+        return snprintf(buf, len, "#<pointer %p>", ((pointer_obj *)v)->p);
+    default:
+        return snprintf(buf, len, "#<%s>", type_name(v));
+    }
+}

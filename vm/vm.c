@@ -1,0 +1,173 @@
+/* The VM object: stacks, globals, evaluation, calls from C. */
+#include <gc/gc.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "vm/read.h"
+#include "vm/vm.h"
+
+#define STACK_SLOTS (4u << 20)           /* 32 MiB reserved, touched as used */
+#define CALL_DEPTH (1u << 20)
+
+/* mmap'ed: Boehm neither scans nor frees it. */
+static void *reserve(size_t bytes)
+{
+    void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
+                   -1, 0);
+    if (p == MAP_FAILED) {
+        perror("crawlvm: mmap");
+        exit(70);
+    }
+    return p;
+}
+
+static void *plain_alloc(size_t n) { return malloc(n); }
+static void plain_release(void *p) { free(p); }
+
+vm_state *vm_new(void)
+{
+    vm_state *v = GC_MALLOC_UNCOLLECTABLE(sizeof *v);
+    if (!v)
+        return NULL;
+    memset(v, 0, sizeof *v);
+    v->stack_cap = STACK_SLOTS;
+    v->stack = reserve(STACK_SLOTS * sizeof(value));
+    v->ci_cap = CALL_DEPTH;
+    v->ci = reserve(CALL_DEPTH * sizeof(callinfo));
+    v->alloc = (vm_allocator){plain_alloc, plain_release, NULL};
+    v->out_fd = STDOUT_FILENO;
+    install_builtins(v);
+    return v;
+}
+
+void vm_free(vm_state *v)
+{
+    if (!v)
+        return;
+    munmap(v->stack, STACK_SLOTS * sizeof(value));
+    munmap(v->ci, CALL_DEPTH * sizeof(callinfo));
+    for (int i = 0; i < v->nglobals; i++)
+        free((void *)v->global_names[i]);
+    free(v->global_names);
+    GC_FREE(v->globals);
+    GC_FREE(v);
+}
+
+int vm_global_index(vm_state *v, const char *name)
+{
+    for (int i = 0; i < v->nglobals; i++)
+        if (strcmp(v->global_names[i], name) == 0)
+            return i;
+    if (v->nglobals == v->globals_cap) {
+        int cap = v->globals_cap ? v->globals_cap * 2 : 64;
+        value *g = GC_MALLOC_UNCOLLECTABLE((size_t)cap * sizeof *g);
+        const char **names = realloc(v->global_names, (size_t)cap * sizeof *names);
+        if (!g || !names) {
+            fprintf(stderr, "crawlvm: out of memory\n");
+            exit(70);
+        }
+        if (v->globals)
+            memcpy(g, v->globals, (size_t)v->nglobals * sizeof *g);
+        GC_FREE(v->globals);
+        v->globals = g;
+        v->global_names = names;
+        v->globals_cap = cap;
+    }
+    v->global_names[v->nglobals] = strdup(name);
+    v->globals[v->nglobals] = V_UNBOUND;
+    return v->nglobals++;
+}
+
+void vm_set_global(vm_state *v, const char *name, value val)
+{
+    int i = vm_global_index(v, name);    /* may move v->globals */
+    v->globals[i] = val;
+}
+
+value vm_get_global(vm_state *v, const char *name)
+{
+    for (int i = 0; i < v->nglobals; i++)
+        if (strcmp(v->global_names[i], name) == 0)
+            return v->globals[i];
+    return V_UNBOUND;
+}
+
+value vm_call(vm_state *v, value fn, int argc, const value *argv)
+{
+    if (v->top + (uint32_t)argc + 1 >= v->stack_cap)
+        vm_error(v, "stack overflow");
+    uint32_t slot = v->top;
+    v->stack[slot] = fn;
+    for (int i = 0; i < argc; i++)
+        v->stack[slot + 1 + (uint32_t)i] = argv[i];
+    v->top = slot + 1 + (uint32_t)argc;
+    if (is_type(fn, T_CLOSURE))
+        return interp_run(v, slot, argc);
+    value r;
+    if (is_type(fn, T_BUILTIN)) {
+        builtin *b = (builtin *)fn;
+        if (argc < b->min_args || (b->max_args >= 0 && argc > b->max_args))
+            vm_error(v, "bad arity: %s got %d argument(s)", b->name, argc);
+        r = b->fn(v, argc, v->stack + slot + 1);
+    } else if (is_type(fn, T_FFI)) {
+        r = call_ffi(v, (ffi_obj *)fn, argc, v->stack + slot + 1);
+    } else {
+        vm_error(v, "type error: cannot call %s", type_name(fn));
+    }
+    v->top = slot;
+    return r;
+}
+
+/* Run each top-level form. Errors longjmp back here: the VM stacks and the
+ * Frame chain are cut back to what they were. */
+int vm_eval(vm_state *v, const char *source, const char *file, value *result)
+{
+    char err[512];
+    node *forms = read_all(source, file, err, sizeof err);
+    if (!forms) {
+        snprintf(v->error, sizeof v->error, "%s", err);
+        fprintf(stderr, "%s\n", err);
+        return -1;
+    }
+    proto **protos = compile_program(v, forms, file, err, sizeof err);
+    free_nodes(forms);
+    if (!protos) {
+        snprintf(v->error, sizeof v->error, "%s", err);
+        fprintf(stderr, "%s\n", err);
+        return -1;
+    }
+    jmp_buf jb, *saved_jb = v->on_error;
+    crawl_frame *saved_frame = v->error_frame_top;
+    uint32_t saved_top = v->error_top, saved_nci = v->error_nci;
+    segment *saved_seg = v->error_seg;
+    v->on_error = &jb;
+    v->error_frame_top = crawl_frame_top();
+    v->error_top = v->top;
+    v->error_nci = v->nci;
+    v->error_seg = v->seg;
+    int rc = 0;
+    value r = V_NIL;
+    if (setjmp(jb) == 0) {
+        for (int i = 0; protos[i]; i++) {
+            closure *c = GC_MALLOC(sizeof *c);
+            if (!c)
+                vm_error(v, "out of memory");
+            c->h.type = T_CLOSURE;
+            c->p = protos[i];
+            r = vm_call(v, (value)c, 0, NULL);
+        }
+    } else {
+        rc = -1;
+    }
+    v->on_error = saved_jb;
+    v->error_frame_top = saved_frame;
+    v->error_top = saved_top;
+    v->error_nci = saved_nci;
+    v->error_seg = saved_seg;
+    if (result)
+        *result = rc ? V_NIL : r;
+    return rc;
+}
