@@ -79,10 +79,12 @@ static void link_frame(crawl__thread *th, crawl_frame *f, const crawl_frame_type
     }
     f->type = type;
     f->next = th->top;
-    /* A signal handler on this thread must never see top before f is filled. */
+    /* A signal handler on this thread must never see top before f is filled,
+     * nor more Frames on the chain than nframes counts (a walk would take
+     * the extra one for a cycle). */
+    th->nframes++;
     atomic_signal_fence(memory_order_release);
     th->top = f;
-    th->nframes++;
 }
 
 void crawl_frame_push(crawl_frame *f, const crawl_frame_type *type)

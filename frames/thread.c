@@ -57,11 +57,14 @@ static void on_thread_exit(void *unused)
     th->nframes = 0;
 }
 
-/* In a fork child only the forking thread exists: drop the others. */
+/* In a fork child only the forking thread exists: drop the others. The
+ * lock is held across fork so the list is never copied mid-update. */
+static void before_fork(void) { pthread_mutex_lock(&registry_lock); }
+static void after_fork_parent(void) { pthread_mutex_unlock(&registry_lock); }
 static void after_fork_child(void)
 {
     crawl__thread *self = crawl__self();
-    pthread_mutex_init(&registry_lock, NULL);
+    pthread_mutex_unlock(&registry_lock);
     registry_head = NULL;
     if (self->attached) {
         self->reg_prev = self->reg_next = NULL;
@@ -73,7 +76,7 @@ static void after_fork_child(void)
 static void make_exit_key(void)
 {
     pthread_key_create(&exit_key, on_thread_exit);
-    pthread_atfork(NULL, NULL, after_fork_child);
+    pthread_atfork(before_fork, after_fork_parent, after_fork_child);
 }
 
 int crawl__ensure_attached(crawl__thread *th)
@@ -167,7 +170,8 @@ int crawl__current_altstack(uintptr_t *lo, uintptr_t *hi)
 
 int crawl__on_stack(const crawl__thread *th, uintptr_t addr, size_t size)
 {
-    if (addr >= th->stack_lo && addr <= th->stack_hi - size && addr + size > addr)
+    if (th->stack_hi - th->stack_lo >= size && addr >= th->stack_lo &&
+        addr - th->stack_lo <= th->stack_hi - th->stack_lo - size)
         return 1;
     uintptr_t lo, hi;
     return crawl__current_altstack(&lo, &hi) && addr >= lo && addr + size <= hi;

@@ -25,6 +25,21 @@ static atomic_size_t range_count;
 static pthread_mutex_t writer_lock = PTHREAD_MUTEX_INITIALIZER;
 static retired *retired_list;
 
+/* fork(): the child has only the forking thread. A writer that held the
+ * lock, or walkers counted in readers, existed only in the parent. */
+static void fork_prepare(void) { pthread_mutex_lock(&writer_lock); }
+static void fork_parent(void) { pthread_mutex_unlock(&writer_lock); }
+static void fork_child(void)
+{
+    pthread_mutex_unlock(&writer_lock);
+    atomic_store(&readers, 0);
+}
+
+__attribute__((constructor)) static void register_fork_handlers(void)
+{
+    pthread_atfork(fork_prepare, fork_parent, fork_child);
+}
+
 const sw_range_table *sw_ranges_enter(void)
 {
     if (atomic_load(&range_count) == 0)

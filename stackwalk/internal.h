@@ -89,15 +89,23 @@ static inline int sw_in_stack(const sw_cursor *c, uintptr_t a, size_t size)
     return c->ahi && a - c->alo <= c->ahi - c->alo - size;
 }
 
+/* Stack addresses in walk order. With a signal stack in use, everything on
+ * it is newer than anything on the thread's stack, wherever the two lie in
+ * memory; within one stack, lower is newer. Without one, the identity. */
+static inline uintptr_t sw_key(const sw_cursor *c, uintptr_t a)
+{
+    if (!c->ahi)
+        return a;
+    if (a - c->alo < c->ahi - c->alo)
+        return a - c->alo;
+    return a - c->lo + (c->ahi - c->alo);
+}
+
 /* sp may only move towards the stack base, or once from the signal stack
  * to the thread's stack. */
 static inline int sw_progress(const sw_cursor *c, uintptr_t old_sp, uintptr_t new_sp)
 {
-    int old_alt = old_sp >= c->alo && old_sp < c->ahi;
-    int new_alt = new_sp >= c->alo && new_sp < c->ahi;
-    if (old_alt && !new_alt)
-        return new_sp >= c->lo && new_sp < c->hi;
-    return new_sp > old_sp && old_alt == new_alt;
+    return sw_key(c, new_sp) > sw_key(c, old_sp);
 }
 
 /* One frame-pointer step on (ip, sp, fp); see unwind_fp.c for the rules.
@@ -107,14 +115,11 @@ static inline int sw_fp_step(const sw_cursor *c, uintptr_t *ip, uintptr_t *sp, u
     uintptr_t f = *fp;
     if (!sw_in_stack(c, f, 2 * sizeof(uintptr_t)))
         return SW_END;
-    if ((f & (sizeof(uintptr_t) - 1)) || f < *sp)
+    /* f not older than sp, in walk order; then nsp = f+16 is older too */
+    if ((f & (sizeof(uintptr_t) - 1)) || sw_key(c, f) < sw_key(c, *sp))
         return SW_CORRUPT;
     uintptr_t nip = ((const uintptr_t *)f)[1];
     uintptr_t nsp = f + 16;
-    /* f >= sp already makes nsp > sp on one stack; only a signal stack
-     * needs the full rule. */
-    if (c->ahi && !sw_progress(c, *sp, nsp))
-        return SW_CORRUPT;
     if (nip == 0)
         return SW_END;
     *ip = nip;

@@ -17,6 +17,15 @@
 static pthread_mutex_t sym_lock = PTHREAD_MUTEX_INITIALIZER;
 static Dwfl *session;
 
+/* fork(): no other thread of the parent may leave sym_lock held in the child. */
+static void fork_prepare(void) { pthread_mutex_lock(&sym_lock); }
+static void fork_release(void) { pthread_mutex_unlock(&sym_lock); }
+
+__attribute__((constructor)) static void register_fork_handlers(void)
+{
+    pthread_atfork(fork_prepare, fork_release, fork_release);
+}
+
 static char *debuginfo_path;
 static const Dwfl_Callbacks callbacks = {
     .find_elf = dwfl_linux_proc_find_elf,

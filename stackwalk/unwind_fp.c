@@ -70,14 +70,18 @@ void sw_cursor_init(sw_cursor *c, const crawl__thread *th, const crawl_regs *reg
     c->hi = th->stack_hi;
     c->alo = c->ahi = 0;
     c->ranges = ranges;
-    /* Only a walk that starts on the signal stack needs its bounds. */
-    if (!(regs->sp >= c->lo && regs->sp < c->hi))
+    /* A walk that starts on the signal stack, or runs on it (a handler
+     * walking the context it interrupted), needs its bounds. */
+    uintptr_t here = (uintptr_t)__builtin_frame_address(0);
+    if (!(regs->sp >= c->lo && regs->sp < c->hi) || !(here >= c->lo && here < c->hi))
         crawl__current_altstack(&c->alo, &c->ahi);
 }
 
 int sw_step(sw_cursor *c)
 {
-    const crawl_code_range *r = c->ranges ? sw_range_lookup(c->ranges, c->regs.ip) : NULL;
+    /* a return address may be the end of the range (a call as last instruction) */
+    const crawl_code_range *r =
+        c->ranges ? sw_range_lookup(c->ranges, c->regs.ip - !c->exact) : NULL;
     if (r) {
         int st = sw_step_rule(c, r);
         c->need_init = c->dwarf != NULL; /* libunwind restarts from the new registers */

@@ -99,18 +99,56 @@ static crawl_frame *take_frame(walk *w)
     return f;
 }
 
+/* Is Frame f newer than stack address a (in walk order)? */
+static inline int frame_before(const walk *w, const crawl_frame *f, uintptr_t a)
+{
+    return sw_key(&w->cur, (uintptr_t)f) < sw_key(&w->cur, a);
+}
+
+/* Report the Frames newer than stack address limit. */
 static void report_frames_below(walk *w, uintptr_t limit)
 {
-    while (!w->aborted && w->next && (uintptr_t)w->next < limit) {
+    while (!w->aborted && w->next && frame_before(w, w->next, limit)) {
         crawl_frame *f = take_frame(w);
         if (f)
             report_frame(w, f);
     }
 }
 
+static void report_all_frames(walk *w)
+{
+    while (!w->aborted && w->next) {
+        crawl_frame *f = take_frame(w);
+        if (f)
+            report_frame(w, f);
+    }
+}
+
+/* A step from the frame at sp to caller sp `cfa` went past a Frame that
+ * saved its pusher's registers, with the pusher's sp strictly between the
+ * two: the unwinder skipped that function (frame-pointer-less code can
+ * leave a stack pointer in rbp that looks like a frame). The step must be
+ * treated as a stop, so the walk resumes from the saved registers instead
+ * of following the wrong chain. (A Frame whose saved sp is sp itself was
+ * pushed by the current frame: that step is fine.) */
+static int step_skips_transition(const walk *w, uintptr_t sp, uintptr_t cfa)
+{
+    unsigned left = w->frames_left;
+    for (const crawl_frame *f = w->next; f && left && frame_before(w, f, cfa); f = f->next, left--) {
+        if (!frame_valid(w, f))
+            return 0;                    /* reporting it will fail the walk */
+        const crawl_regs *regs = frame_regs(w, f);
+        if (regs && sw_key(&w->cur, sp) < sw_key(&w->cur, regs->sp) &&
+            sw_key(&w->cur, regs->sp) < sw_key(&w->cur, cfa))
+            return 1;
+    }
+    return 0;
+}
+
 static void report_native(walk *w, const crawl_regs *r, unsigned exact)
 {
-    const crawl_code_range *range = w->cur.ranges ? sw_range_lookup(w->cur.ranges, r->ip) : NULL;
+    const crawl_code_range *range =
+        w->cur.ranges ? sw_range_lookup(w->cur.ranges, r->ip - !exact) : NULL;
     if (!range && (w->flags & CRAWL_WALK_SKIP_NATIVE))
         return;
     crawl_cf cf = {.kind = range ? CRAWL_CF_JIT : CRAWL_CF_NATIVE,
@@ -134,7 +172,8 @@ static int resume_from_frame(walk *w, uintptr_t stop_sp)
             return 0;
         }
         const crawl_regs *regs = frame_regs(w, f);
-        if (regs && regs->sp > stop_sp && sw_in_stack(&w->cur, regs->sp, 1)) {
+        if (regs && sw_in_stack(&w->cur, regs->sp, 1) &&
+            sw_key(&w->cur, regs->sp) > sw_key(&w->cur, stop_sp)) {
             /* f itself is reported by the merge, inside its pusher's frame. */
             crawl_regs start = *regs;
             sw_cursor_reset(&w->cur, &start, 0);
@@ -174,8 +213,9 @@ static int fast_run(walk *w, unsigned *skip_io)
     int st = SW_OK;
     while (st == SW_OK && !w->aborted) {
         /* unwind a batch */
-        uintptr_t next_frame = (uintptr_t)w->next;
+        uintptr_t next_key = w->next ? sw_key(&bounds, (uintptr_t)w->next) : UINTPTR_MAX;
         unsigned n = 0;
+        int frame_due = 0;
         while (n < FAST_BATCH) {
             uintptr_t nip = ip, nsp = sp, nfp = fp;
             st = sw_fp_step(&bounds, &nip, &nsp, &nfp);
@@ -188,8 +228,17 @@ static int fast_run(walk *w, unsigned *skip_io)
                 n++;
             }
             ip = nip, sp = nsp, fp = nfp;
-            if (next_frame && next_frame < sp)
+            if (next_key < sw_key(&bounds, sp)) {
+                frame_due = 1;
                 break;
+            }
+        }
+        if (frame_due && n && step_skips_transition(w, buf[n - 1].sp, sp)) {
+            /* the last step was wrong: stop at the last buffered frame */
+            n--;
+            ip = buf[n].ip, sp = buf[n].sp, fp = buf[n].fp;
+            st = SW_STOP;
+            frame_due = 0;
         }
         if (w->pcs) {
             /* crawl_backtrace: Frames are not reported, only stepped over */
@@ -199,7 +248,7 @@ static int fast_run(walk *w, unsigned *skip_io)
             w->pcs_n += k;
             if (w->pcs_n >= w->pcs_max)
                 w->aborted = 1;
-            if (next_frame && next_frame < sp)
+            if (frame_due)
                 report_frames_below(w, sp);
             continue;
         }
@@ -210,7 +259,7 @@ static int fast_run(walk *w, unsigned *skip_io)
         void *ctx = w->ctx;
         unsigned depth = w->depth, flags = CRAWL_CF_HAS_REGS | first_flags;
         for (unsigned i = 0; i < n; i++) {
-            if (i + 1 == n && next_frame && next_frame < sp) {
+            if (i + 1 == n && frame_due) {
                 w->depth = depth;
                 report_frames_below(w, sp);
                 depth = w->depth;
@@ -260,10 +309,15 @@ static crawl_walk_status run_walk(walk *wp, const crawl_regs *regs, unsigned exa
     const sw_range_table *held = sw_ranges_enter();
     const sw_range_table *ranges = held && held->n ? held : NULL;
     sw_cursor_init(&w.cur, th, regs, exact, precise ? &dwarf : NULL, ranges);
+    /* Frames newer than the first frame belong to crawl's caller's callees:
+     * a signal handler that pushed Frames before walking the context it
+     * interrupted. They are not part of this stack. */
+    while (w.next && frame_valid(&w, w.next) && frame_before(&w, w.next, regs->sp))
+        take_frame(&w);
 
     if ((flags & CRAWL_WALK_SKIP_NATIVE) && !ranges) {
         /* Nothing native to report: the chain alone is in order. */
-        report_frames_below(&w, UINTPTR_MAX);
+        report_all_frames(&w);
     } else {
         int live = 1;
         while (live && !w.aborted) {
@@ -280,11 +334,14 @@ static crawl_walk_status run_walk(walk *wp, const crawl_regs *regs, unsigned exa
                 r = w.cur.regs;
                 r_exact = w.cur.exact;
                 st = sw_step(&w.cur);
+                if (st == SW_OK && skip) {
+                    skip--;
+                    continue;
+                }
+                if (st == SW_OK && w.next && frame_before(&w, w.next, w.cur.regs.sp) &&
+                    step_skips_transition(&w, r.sp, w.cur.regs.sp))
+                    st = SW_STOP;
                 if (st == SW_OK) {
-                    if (skip) {
-                        skip--;
-                        continue;
-                    }
                     report_frames_below(&w, w.cur.regs.sp);
                     if (!w.aborted)
                         report_native(&w, &r, r_exact);
