@@ -3,8 +3,12 @@
  * Boehm scans thread stacks and static data itself, conservatively; it
  * does not scan memory it does not know (a VM value stack in mmap'ed
  * memory). The push-other-roots callback runs inside every collection,
- * with the allocation lock held and the world stopped, and pushes each
- * reported slot; adjacent slots are pushed as one range. */
+ * with the allocation lock held and the world stopped, and marks from each
+ * reported slot. Slots close together are scanned as one range (the words
+ * between are scanned conservatively, as Boehm scans stacks), and ranges
+ * go through GC_push_all_eager: GC_push_all would take one mark-stack entry
+ * per range and abort the process when thousands of activations overflow
+ * it ("Unexpected mark stack overflow"). */
 #include <crawl/gcroots.h>
 #include <gc/gc.h>
 #include <gc/gc_mark.h>
@@ -18,18 +22,20 @@ typedef struct pending {
     unsigned long n;
 } pending;
 
+#define COALESCE_GAP 4                  /* words between slots still scanned as one range */
+
 static void push_root(void **slot, unsigned root_flags, const crawl_cf *cf, void *ctx)
 {
     (void)root_flags;                   /* Boehm neither moves objects nor needs interior hints */
     (void)cf;
     pending *p = ctx;
     p->n++;
-    if (slot == p->hi) {
-        p->hi++;
+    if (slot >= p->hi && slot <= p->hi + COALESCE_GAP && p->lo) {
+        p->hi = slot + 1;
         return;
     }
     if (p->lo)
-        GC_push_all(p->lo, p->hi);
+        GC_push_all_eager(p->lo, p->hi);
     p->lo = slot;
     p->hi = slot + 1;
 }
@@ -41,7 +47,7 @@ static void GC_CALLBACK push_crawl_roots(void)
     pending p = {0};
     crawl_enum_roots_all_threads(push_root, &p, 0);
     if (p.lo)
-        GC_push_all(p.lo, p.hi);
+        GC_push_all_eager(p.lo, p.hi);
     last_count = p.n;
 }
 

@@ -574,7 +574,7 @@ BUILTIN(b_ffi_callback)
 
 /* ---- installation ---------------------------------------------------------------------- */
 
-static void def(vm_state *vm, const char *name, int min, int max, builtin_fn fn)
+void vm_def_builtin(vm_state *vm, const char *name, int min, int max, builtin_fn fn)
 {
     builtin *b = GC_MALLOC(sizeof *b);
     if (!b) {
@@ -591,47 +591,47 @@ static void def(vm_state *vm, const char *name, int min, int max, builtin_fn fn)
 
 void install_builtins(vm_state *vm)
 {
-    def(vm, "print", 0, -1, b_print);
-    def(vm, "display", 1, 1, b_display);
-    def(vm, "str", 1, 1, b_str);
-    def(vm, "+", 0, -1, b_add);
-    def(vm, "-", 1, -1, b_sub);
-    def(vm, "*", 0, -1, b_mul);
-    def(vm, "quotient", 2, 2, b_quotient);
-    def(vm, "remainder", 2, 2, b_remainder);
-    def(vm, "<", 2, 2, b_lt);
-    def(vm, "<=", 2, 2, b_le);
-    def(vm, ">", 2, 2, b_gt);
-    def(vm, ">=", 2, 2, b_ge);
-    def(vm, "=", 2, 2, b_numeq);
-    def(vm, "not", 1, 1, b_not);
-    def(vm, "eq?", 2, 2, b_eq);
-    def(vm, "equal?", 2, 2, b_equal);
-    def(vm, "integer?", 1, 1, b_integerp);
-    def(vm, "string?", 1, 1, b_stringp);
-    def(vm, "vector?", 1, 1, b_vectorp);
-    def(vm, "nil?", 1, 1, b_nilp);
-    def(vm, "procedure?", 1, 1, b_procedurep);
-    def(vm, "string-length", 1, 1, b_string_length);
-    def(vm, "string-append", 0, -1, b_string_append);
-    def(vm, "vector", 0, -1, b_vector);
-    def(vm, "make-vector", 1, 2, b_make_vector);
-    def(vm, "vector-ref", 2, 2, b_vector_ref);
-    def(vm, "vector-set!", 3, 3, b_vector_set);
-    def(vm, "vector-length", 1, 1, b_vector_length);
-    def(vm, "error", 1, -1, b_error);
-    def(vm, "assert", 1, 2, b_assert);
-    def(vm, "backtrace", 0, 0, b_backtrace);
-    def(vm, "gc", 0, 0, b_gc);
-    def(vm, "gc-count", 0, 0, b_gc_count);
-    def(vm, "make-buffer", 1, 1, b_make_buffer);
-    def(vm, "buffer-free", 1, 1, b_buffer_free);
-    def(vm, "buffer-size", 1, 1, b_buffer_size);
-    def(vm, "buffer-u8-ref", 2, 2, b_buffer_u8_ref);
-    def(vm, "buffer-u8-set!", 3, 3, b_buffer_u8_set);
-    def(vm, "buffer-i32-ref", 2, 2, b_buffer_i32_ref);
-    def(vm, "buffer-i32-set!", 3, 3, b_buffer_i32_set);
-    def(vm, "peek-i32", 1, 2, b_peek_i32);
-    def(vm, "ffi-fn", 3, 3, b_ffi_fn);
-    def(vm, "ffi-callback", 2, 2, b_ffi_callback);
+    vm_def_builtin(vm, "print", 0, -1, b_print);
+    vm_def_builtin(vm, "display", 1, 1, b_display);
+    vm_def_builtin(vm, "str", 1, 1, b_str);
+    vm_def_builtin(vm, "+", 0, -1, b_add);
+    vm_def_builtin(vm, "-", 1, -1, b_sub);
+    vm_def_builtin(vm, "*", 0, -1, b_mul);
+    vm_def_builtin(vm, "quotient", 2, 2, b_quotient);
+    vm_def_builtin(vm, "remainder", 2, 2, b_remainder);
+    vm_def_builtin(vm, "<", 2, 2, b_lt);
+    vm_def_builtin(vm, "<=", 2, 2, b_le);
+    vm_def_builtin(vm, ">", 2, 2, b_gt);
+    vm_def_builtin(vm, ">=", 2, 2, b_ge);
+    vm_def_builtin(vm, "=", 2, 2, b_numeq);
+    vm_def_builtin(vm, "not", 1, 1, b_not);
+    vm_def_builtin(vm, "eq?", 2, 2, b_eq);
+    vm_def_builtin(vm, "equal?", 2, 2, b_equal);
+    vm_def_builtin(vm, "integer?", 1, 1, b_integerp);
+    vm_def_builtin(vm, "string?", 1, 1, b_stringp);
+    vm_def_builtin(vm, "vector?", 1, 1, b_vectorp);
+    vm_def_builtin(vm, "nil?", 1, 1, b_nilp);
+    vm_def_builtin(vm, "procedure?", 1, 1, b_procedurep);
+    vm_def_builtin(vm, "string-length", 1, 1, b_string_length);
+    vm_def_builtin(vm, "string-append", 0, -1, b_string_append);
+    vm_def_builtin(vm, "vector", 0, -1, b_vector);
+    vm_def_builtin(vm, "make-vector", 1, 2, b_make_vector);
+    vm_def_builtin(vm, "vector-ref", 2, 2, b_vector_ref);
+    vm_def_builtin(vm, "vector-set!", 3, 3, b_vector_set);
+    vm_def_builtin(vm, "vector-length", 1, 1, b_vector_length);
+    vm_def_builtin(vm, "error", 1, -1, b_error);
+    vm_def_builtin(vm, "assert", 1, 2, b_assert);
+    vm_def_builtin(vm, "backtrace", 0, 0, b_backtrace);
+    vm_def_builtin(vm, "gc", 0, 0, b_gc);
+    vm_def_builtin(vm, "gc-count", 0, 0, b_gc_count);
+    vm_def_builtin(vm, "make-buffer", 1, 1, b_make_buffer);
+    vm_def_builtin(vm, "buffer-free", 1, 1, b_buffer_free);
+    vm_def_builtin(vm, "buffer-size", 1, 1, b_buffer_size);
+    vm_def_builtin(vm, "buffer-u8-ref", 2, 2, b_buffer_u8_ref);
+    vm_def_builtin(vm, "buffer-u8-set!", 3, 3, b_buffer_u8_set);
+    vm_def_builtin(vm, "buffer-i32-ref", 2, 2, b_buffer_i32_ref);
+    vm_def_builtin(vm, "buffer-i32-set!", 3, 3, b_buffer_i32_set);
+    vm_def_builtin(vm, "peek-i32", 1, 2, b_peek_i32);
+    vm_def_builtin(vm, "ffi-fn", 3, 3, b_ffi_fn);
+    vm_def_builtin(vm, "ffi-callback", 2, 2, b_ffi_callback);
 }

@@ -108,5 +108,6 @@ int main(int argc, char **argv)
                 (unsigned long)GC_get_gc_no(), GC_get_heap_size() / 1024,
                 GC_get_free_bytes() / 1024, crawl_boehm_last_root_count());
     free(source);
+    vm_free(vm);
     return rc == 0 ? 0 : 1;
 }

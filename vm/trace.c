@@ -67,12 +67,6 @@ const crawl_frame_type segment_type = {
 
 /* ---- tracebacks -------------------------------------------------------------- */
 
-typedef struct tb {
-    int fd;
-    unsigned lines;
-    int skip_to_vm;                     /* drop the C frames of crawlvm's own error/trace code */
-} tb;
-
 static void put(int fd, const char *s, size_t n)
 {
     while (n) {
@@ -82,6 +76,40 @@ static void put(int fd, const char *s, size_t n)
         s += w;
         n -= (size_t)w;
     }
+}
+
+typedef struct tb {
+    int fd;
+    unsigned lines;
+    int skip_to_vm;                     /* drop the C frames of crawlvm's own error/trace code */
+    char last[800];                     /* the last line printed, and how often it came again */
+    unsigned repeats;
+} tb;
+
+#define REPEATS_SHOWN 3                 /* then "[previous line repeated N more times]" */
+
+static void flush_repeats(tb *t)
+{
+    if (t->repeats > REPEATS_SHOWN) {
+        char note[96];
+        int n = snprintf(note, sizeof note, "  [previous line repeated %u more times]\n",
+                         t->repeats - REPEATS_SHOWN);
+        put(t->fd, note, (size_t)n);
+    }
+    t->repeats = 0;
+}
+
+/* Print a traceback line, collapsing runs of the same line (deep recursion). */
+static void emit_line(tb *t, const char *line, size_t n)
+{
+    if (strcmp(line, t->last) == 0) {
+        if (++t->repeats <= REPEATS_SHOWN)
+            put(t->fd, line, n);
+        return;
+    }
+    flush_repeats(t);
+    snprintf(t->last, sizeof t->last, "%s", line);
+    put(t->fd, line, n);
 }
 
 static crawl_action tb_frame(const crawl_cf *cf, void *ctx)
@@ -101,7 +129,7 @@ static crawl_action tb_frame(const crawl_cf *cf, void *ctx)
         n = snprintf(line, sizeof line, "  [C] %s\n", text);
     }
     if (n > 0)
-        put(t->fd, line, (size_t)n < sizeof line ? (size_t)n : sizeof line - 1);
+        emit_line(t, line, (size_t)n < sizeof line ? (size_t)n : sizeof line - 1);
     t->lines++;
     return CRAWL_CONTINUE;
 }
@@ -116,8 +144,9 @@ void vm_print_traceback(vm_state *v, int fd, const char *title)
 {
     put(fd, title, strlen(title));
     put(fd, "\n", 1);
-    tb t = {fd, 0, 1};
+    tb t = {.fd = fd, .skip_to_vm = 1};
     crawl_walk(tb_frame, &t, traceback_flags(v));
+    flush_repeats(&t);
 }
 
 _Noreturn void vm_error(vm_state *v, const char *fmt, ...)
@@ -153,8 +182,9 @@ static void on_fatal(int sig, siginfo_t *si, void *uc)
     put(STDERR_FILENO, "Traceback (most recent call first):\n", 36);
     /* Symbolizing allocates: not async-signal-safe, but the process is
      * dying and this is the report it exists to give. */
-    tb t = {STDERR_FILENO, 0, 0};       /* here the top C frames are the crash */
+    tb t = {.fd = STDERR_FILENO};       /* here the top C frames are the crash */
     crawl_walk_context(uc, tb_frame, &t, fatal_vm ? fatal_vm->walk_flags : 0);
+    flush_repeats(&t);
     signal(sig, SIG_DFL);
     raise(sig);                          /* delivered when the handler returns */
 }

@@ -27,12 +27,13 @@ static void *reserve(size_t bytes)
 static void *plain_alloc(size_t n) { return malloc(n); }
 static void plain_release(void *p) { free(p); }
 
+/* The VM struct is plain malloc memory: its only GC reference, the globals
+ * array, is itself an uncollectable (scanned) root. */
 vm_state *vm_new(void)
 {
-    vm_state *v = GC_MALLOC_UNCOLLECTABLE(sizeof *v);
+    vm_state *v = calloc(1, sizeof *v);
     if (!v)
         return NULL;
-    memset(v, 0, sizeof *v);
     v->stack_cap = STACK_SLOTS;
     v->stack = reserve(STACK_SLOTS * sizeof(value));
     v->ci_cap = CALL_DEPTH;
@@ -53,7 +54,7 @@ void vm_free(vm_state *v)
         free((void *)v->global_names[i]);
     free(v->global_names);
     GC_FREE(v->globals);
-    GC_FREE(v);
+    free(v);
 }
 
 int vm_global_index(vm_state *v, const char *name)

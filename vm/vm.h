@@ -191,6 +191,8 @@ proto **compile_program(vm_state *vm, node *forms, const char *file, char *err, 
 
 /* ---- builtins (vm/builtins.c) ------------------------------------------------ */
 void install_builtins(vm_state *vm);
+/* Define a global builtin; max_args -1 for variadic. name must live forever. */
+void vm_def_builtin(vm_state *vm, const char *name, int min_args, int max_args, builtin_fn fn);
 value call_ffi(vm_state *vm, ffi_obj *f, int argc, value *argv);
 
 /* ---- the interpreter (vm/interp.c) ------------------------------------------- */

@@ -1,0 +1,258 @@
+/* The crawlvm command: exit codes, messages, tracebacks through qsort in
+ * both walk modes, FFI failures, and a fatal signal in native code. */
+#define _GNU_SOURCE
+#include "../support.h"
+
+#include <fcntl.h>
+#include <regex.h>
+#include <signal.h>
+#include <spawn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+extern char **environ;
+
+typedef struct proc {
+    int status;
+    char out[16384], err[16384];
+} proc;
+
+static void slurp(int fd, char *buf, size_t len)
+{
+    lseek(fd, 0, SEEK_SET);
+    ssize_t n = read(fd, buf, len - 1);
+    buf[n > 0 ? n : 0] = '\0';
+    close(fd);
+}
+
+/* Run crawlvm with args (NULL-terminated); stdout and stderr captured. */
+static void crawlvm(proc *p, const char *const *args)
+{
+    char out_path[] = "/tmp/crawlvm-out-XXXXXX", err_path[] = "/tmp/crawlvm-err-XXXXXX";
+    int out = mkstemp(out_path), err = mkstemp(err_path);
+    unlink(out_path);
+    unlink(err_path);
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_adddup2(&fa, out, STDOUT_FILENO);
+    posix_spawn_file_actions_adddup2(&fa, err, STDERR_FILENO);
+    const char *argv[16] = {CRAWLVM_PATH};
+    for (int i = 0; args[i]; i++)
+        argv[i + 1] = args[i];
+    pid_t pid;
+    assert_int_equal(posix_spawn(&pid, CRAWLVM_PATH, &fa, NULL, (char **)argv, environ), 0);
+    posix_spawn_file_actions_destroy(&fa);
+    waitpid(pid, &p->status, 0);
+    slurp(out, p->out, sizeof p->out);
+    slurp(err, p->err, sizeof p->err);
+}
+
+static int exit_code(const proc *p)
+{
+    return WIFEXITED(p->status) ? WEXITSTATUS(p->status) : -1;
+}
+
+#define EXPECT_EXIT(p, code)                                                                   \
+    do {                                                                                       \
+        if (exit_code(p) != (code))                                                            \
+            fail_msg("exit %d (status %#x), wanted %d\nstdout: %s\nstderr: %s", exit_code(p), \
+                     (p)->status, (code), (p)->out, (p)->err);                                 \
+    } while (0)
+
+#define EXPECT_IN(text, want)                                                                  \
+    do {                                                                                       \
+        if (!strstr((text), (want)))                                                           \
+            fail_msg("missing \"%s\" in:\n%s", (want), (text));                                \
+    } while (0)
+
+/* Lines of text that contain each pattern, in this order (regexes). */
+static void expect_order(const char *text, const char *const *patterns)
+{
+    const char *at = text;
+    for (int i = 0; patterns[i]; i++) {
+        regex_t re;
+        regmatch_t m;
+        assert_int_equal(regcomp(&re, patterns[i], REG_EXTENDED | REG_NEWLINE), 0);
+        int rc = regexec(&re, at, 1, &m, 0);
+        regfree(&re);
+        if (rc != 0)
+            fail_msg("pattern %d /%s/ not found (in order) in:\n%s", i, patterns[i], text);
+        at += m.rm_eo;
+    }
+}
+
+static void test_usage_and_exit_codes(void **state)
+{
+    (void)state;
+    proc p;
+    crawlvm(&p, (const char *[]){"--help", NULL});
+    EXPECT_EXIT(&p, 0);
+    EXPECT_IN(p.out, "usage: crawlvm [options] FILE");
+    crawlvm(&p, (const char *[]){NULL});
+    EXPECT_EXIT(&p, 2);
+    EXPECT_IN(p.err, "crawlvm: no script given");
+    crawlvm(&p, (const char *[]){"--frobnicate", "x.crawl", NULL});
+    EXPECT_EXIT(&p, 2);
+    EXPECT_IN(p.err, "crawlvm: unknown option '--frobnicate'");
+    crawlvm(&p, (const char *[]){"-e", NULL});
+    EXPECT_EXIT(&p, 2);
+    crawlvm(&p, (const char *[]){"/no/such/script.crawl", NULL});
+    EXPECT_EXIT(&p, 2);
+    EXPECT_IN(p.err, "crawlvm: cannot read '/no/such/script.crawl': No such file or directory");
+    crawlvm(&p, (const char *[]){"-e", "(print (+ 40 2))", NULL});
+    EXPECT_EXIT(&p, 0);
+    assert_string_equal(p.out, "42\n");
+    crawlvm(&p, (const char *[]){"-e", "(print (+ 1", NULL});
+    EXPECT_EXIT(&p, 1);
+    EXPECT_IN(p.err, "-e:1:8: syntax error: unclosed '(' (end of file reached)");
+    crawlvm(&p, (const char *[]){"-e", "(car 1)", NULL});
+    EXPECT_EXIT(&p, 1);
+    EXPECT_IN(p.err, "error: unbound variable 'car'");
+}
+
+/* The standard interleaving: script -> qsort (libc) -> script comparator. */
+static void check_qsort_traceback(int fast)
+{
+    proc p;
+    const char *args[] = {"--native", fast ? "--fast" : "--native", EXAMPLES_DIR "/qsort.crawl",
+                          NULL};
+    crawlvm(&p, args);
+    EXPECT_EXIT(&p, 0);
+    EXPECT_IN(p.out, "sorted: 3 6 22 25 44 47 63 66 85 88");
+    EXPECT_IN(p.out, "kept: still here");
+    /* the comparator first, libc's qsort below it, the script caller below that */
+    static const char *const precise[] = {
+        "^Traceback \\(most recent call first\\):$",
+        "^  compare at .*qsort\\.crawl:18$",
+        "^  \\[C\\] interp_run ",
+        "^  \\[C\\] \\[FFI callback into ",
+        "^  \\[C\\] closure_entry ",
+        "^  \\[C\\] .*libffi",
+        "^  \\[C\\] (msort_with_tmp|.*libc\\.so)",
+        "^  \\[C\\] qsort",
+        "^  \\[C\\] .*libffi",
+        "^  \\[C\\] \\[FFI call to qsort\\]$",
+        "^  \\[C\\] crawl_ffi_call ",
+        "^  sort-numbers at .*qsort\\.crawl:23$",
+        "^  <toplevel> at .*qsort\\.crawl:24$",
+        "^  \\[C\\] main ",
+        NULL};
+    static const char *const fast_order[] = {
+        "^Traceback \\(most recent call first\\):$",
+        "^  compare at .*qsort\\.crawl:18$",
+        "^  \\[C\\] \\[FFI callback into ",
+        "^  \\[C\\] \\[FFI call to qsort\\]$",
+        "^  sort-numbers at .*qsort\\.crawl:23$",
+        "^  <toplevel> at .*qsort\\.crawl:24$",
+        NULL};
+    expect_order(p.out, fast ? fast_order : precise);
+}
+
+static void test_qsort_traceback_precise(void **state)
+{
+    (void)state;
+    check_qsort_traceback(0);
+}
+
+static void test_qsort_traceback_fast(void **state)
+{
+    (void)state;
+    check_qsort_traceback(1);
+}
+
+static void test_script_traceback_without_native(void **state)
+{
+    (void)state;
+    proc p;
+    crawlvm(&p, (const char *[]){EXAMPLES_DIR "/qsort.crawl", NULL});
+    EXPECT_EXIT(&p, 0);
+    expect_order(p.out, (const char *const[]){"^  compare at .*:18\n  sort-numbers at .*:23\n"
+                                              "  <toplevel> at .*:24\nsorted: ",
+                                              NULL});
+    assert_null(strstr(p.out, "[C]"));
+}
+
+static void test_ffi_errors(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *src, *want;
+    } cases[] = {
+        {"(ffi-fn \"libc.so.6\" \"strlen\" \"z(q)\")",
+         "error: ffi error: bad signature \"z(q)\" at position 2: 'q' is not an argument type"},
+        {"(ffi-fn \"libc.so.6\" \"strlen\" \"z\")",
+         "error: ffi error: bad signature \"z\" at position 1: expected '('"},
+        {"(ffi-fn \"libc.so.6\" \"strlen\" \"z(s\")",
+         "error: ffi error: bad signature \"z(s\" at position 3: expected ')' at the end"},
+        {"(ffi-fn \"libnope-crawl.so.9\" \"f\" \"v()\")",
+         "error: ffi error: cannot open library \"libnope-crawl.so.9\": libnope-crawl.so.9: cannot open shared object file"},
+        {"(ffi-fn \"libc.so.6\" \"no_such_symbol_crawl\" \"v()\")",
+         "error: ffi error: symbol \"no_such_symbol_crawl\" not found in libc.so.6"},
+        {"((ffi-fn \"libc.so.6\" \"strlen\" \"z(s)\") 5)",
+         "error: ffi error: argument 1 of strlen must be a string or nil, got integer"},
+        {"((ffi-fn \"libc.so.6\" \"strlen\" \"z(s)\"))",
+         "error: bad arity: native strlen takes 1 argument(s), got 0"},
+        {"(ffi-callback 5 \"i(pp)\")", "error: type error: ffi-callback expects a function, got integer"},
+        {"(ffi-callback (lambda () 1) \"x()\")", "error: ffi error: bad signature \"x()\" at position 0"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        proc p;
+        crawlvm(&p, (const char *[]){"-e", cases[i].src, NULL});
+        EXPECT_EXIT(&p, 1);
+        EXPECT_IN(p.err, cases[i].want);
+    }
+    proc p;
+    crawlvm(&p, (const char *[]){"-e", "(print ((ffi-fn \"libc.so.6\" \"strlen\" \"z(s)\") \"hello\"))",
+                                 NULL});
+    EXPECT_EXIT(&p, 0);
+    assert_string_equal(p.out, "5\n");
+}
+
+static void test_fatal_signal_in_native_code(void **state)
+{
+    (void)state;
+    proc p;
+    crawlvm(&p, (const char *[]){"--native", "-e",
+                                 "(define strlen (ffi-fn nil \"strlen\" \"z(p)\"))\n"
+                                 "(define (crash) (strlen nil))\n"
+                                 "(define (caller) (crash))\n"
+                                 "(caller)\n",
+                                 NULL});
+    if (!WIFSIGNALED(p.status) || WTERMSIG(p.status) != SIGSEGV)
+        fail_msg("status %#x, wanted death by SIGSEGV\nstderr: %s", p.status, p.err);
+    expect_order(p.err, (const char *const[]){
+                            "^crawlvm: fatal signal 11 \\(Segmentation fault\\) at address \\(nil\\)$",
+                            "^Traceback \\(most recent call first\\):$",
+                            "^  \\[C\\] .*strlen",
+                            "^  \\[C\\] \\[FFI call to strlen\\]$",
+                            "^  crash at -e:2$",
+                            "^  caller at -e:3$",
+                            "^  <toplevel> at -e:4$",
+                            NULL});
+}
+
+static void test_gc_stats(void **state)
+{
+    (void)state;
+    proc p;
+    crawlvm(&p, (const char *[]){"--gc-stats", "-e", "(gc) (gc)", NULL});
+    EXPECT_EXIT(&p, 0);
+    expect_order(p.err, (const char *const[]){"^gc: [0-9]+ collections, heap [0-9]+ KiB", NULL});
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_usage_and_exit_codes),
+        cmocka_unit_test(test_qsort_traceback_precise),
+        cmocka_unit_test(test_qsort_traceback_fast),
+        cmocka_unit_test(test_script_traceback_without_native),
+        cmocka_unit_test(test_ffi_errors),
+        cmocka_unit_test(test_fatal_signal_in_native_code),
+        cmocka_unit_test(test_gc_stats),
+    };
+    return cmocka_run_group_tests_name("crawlvm-cli", tests, NULL, NULL);
+}

@@ -1,0 +1,174 @@
+/* crawlvm language semantics: what scripts compute and print. */
+#include "../support.h"
+#include "vm_support.h"
+
+#include <stdio.h>
+#include <string.h>
+
+static vm_state *vm;
+
+/* Evaluate src; its output must be exactly want. */
+static void expect_out(const char *src, const char *want)
+{
+    run_result r;
+    run(vm, src, &r);
+    if (r.rc != 0 || strcmp(r.out, want) != 0)
+        fail_msg("%s\n  printed \"%s\" (rc %d, stderr: %s)\n  wanted  \"%s\"", src, r.out, r.rc,
+                 r.err, want);
+}
+
+/* Evaluate src; it must fail with an error line containing want. */
+static void expect_error(const char *src, const char *want)
+{
+    run_result r;
+    run(vm, src, &r);
+    if (r.rc != -1 || !strstr(r.err, want))
+        fail_msg("%s\n  rc %d, stderr: %s\n  wanted an error containing \"%s\"", src, r.rc, r.err,
+                 want);
+}
+
+static void test_arithmetic(void **state)
+{
+    (void)state;
+    expect_out("(print (+ 1 2) (- 10 4) (* 6 7) (quotient 17 5) (remainder 17 5))",
+               "3 6 42 3 2\n");
+    expect_out("(print (+ 1 2 3 4) (- 5) (* 2 3 4) (+))", "10 -5 24 0\n");
+    expect_out("(print (< 1 2) (<= 2 2) (> 1 2) (>= 3 2) (= 4 4) (not #f) (not 0))",
+               "#t #t #f #t #t #t #f\n");
+    expect_out("(print 4611686018427387903 -4611686018427387904)",
+               "4611686018427387903 -4611686018427387904\n");
+    expect_error("(+ 4611686018427387903 1)", "error: integer overflow in +");
+    expect_error("(* 4611686018427387903 2)", "error: integer overflow in *");
+    expect_error("(quotient 1 0)", "error: division by zero in quotient");
+    expect_error("(+ 1 \"a\")", "error: type error: + expects integers, got string");
+}
+
+static void test_definitions_and_scope(void **state)
+{
+    (void)state;
+    expect_out("(define x 5) (define (sq n) (* n n)) (print (sq x))", "25\n");
+    expect_out("(define (fact n) (if (< n 2) 1 (* n (fact (- n 1))))) (print (fact 20))",
+               "2432902008176640000\n");
+    expect_out("(print (let ((a 1) (b 2)) (let ((a 10)) (+ a b))))", "12\n");
+    expect_out("(define a 1) (print (let ((a 2) (b a)) b))", "1\n");   /* inits see the outer a */
+    expect_out("(define n 0) (set! n (+ n 5)) (print n)", "5\n");
+    expect_out("(define (f) (define y 3) (set! y (+ y 1)) y) (print (f))", "4\n");
+    expect_out("(print (begin 1 2 3) (if #f 1))", "3 nil\n");
+    expect_out("(print (and 1 2 3) (and 1 #f 3) (or #f nil 7) (or) (and))", "3 #f 7 #f #t\n");
+    expect_out("(define i 0) (define s 0) (while (< i 10) (set! s (+ s i)) (set! i (+ i 1))) (print s)",
+               "45\n");
+}
+
+static void test_closures(void **state)
+{
+    (void)state;
+    expect_out("(define (adder n) (lambda (x) (+ x n))) (define add5 (adder 5)) (print (add5 10))",
+               "15\n");
+    expect_out("(define (compose f g) (lambda (x) (f (g x))))"
+               "(print ((compose (lambda (x) (* x 2)) (lambda (x) (+ x 1))) 5))",
+               "12\n");
+    /* an internal define calls itself, and a lambda inside it captures it */
+    expect_out("(define (outer n) (define (count k) (if (= k 0) 0 (+ 1 (count (- k 1)))))"
+               " (let ((again (lambda () (count n)))) (+ (count n) (again)))) (print (outer 7))",
+               "14\n");
+    expect_out("(define (mk) (let ((a 1) (b 2)) (lambda () (lambda () (+ a b))))) (print (((mk))))",
+               "3\n");
+    expect_error("(define (f) (let ((x 1)) (lambda () (set! x 2))))",
+                 "cannot set! 'x': it is captured from an enclosing function");
+}
+
+static void test_strings_and_vectors(void **state)
+{
+    (void)state;
+    expect_out("(print \"a\\tb\" (string-length \"hello\") (string-append \"ab\" \"cd\" \"\"))",
+               "a\tb 5 abcd\n");
+    expect_out("(define v (make-vector 3 0)) (vector-set! v 1 \"x\") (print v (vector-length v))",
+               "[0 \"x\" 0] 3\n");
+    expect_out("(print (vector 1 (vector 2 3)) (equal? (vector 1 \"a\") (vector 1 \"a\")) "
+               "(eq? (vector) (vector)))",
+               "[1 [2 3]] #t #f\n");
+    expect_out("(print (str 42) (string? (str 1)) (integer? 1) (vector? 1) (nil? nil) "
+               "(procedure? print))",
+               "42 #t #t #f #t #t\n");
+    expect_error("(vector-ref (vector 1 2) 2)",
+                 "error: index out of range: vector-ref index 2 of a 2-element vector");
+    expect_error("(vector-ref 5 0)", "error: type error: vector-ref expects a vector, got integer");
+}
+
+static void test_buffers(void **state)
+{
+    (void)state;
+    expect_out("(define b (make-buffer 16)) (buffer-i32-set! b 3 -7) (buffer-u8-set! b 0 255)"
+               "(print (buffer-i32-ref b 3) (buffer-u8-ref b 0) (buffer-size b))",
+               "-7 255 16\n");
+    expect_error("(define b (make-buffer 13)) (buffer-u8-ref b 13)",
+                 "error: index out of range: buffer-u8-ref index 13 of a 13-element buffer");
+    expect_error("(define b (make-buffer 8)) (buffer-free b) (buffer-i32-ref b 0)",
+                 "error: buffer-i32-ref: buffer used after buffer-free");
+    expect_error("(define b (make-buffer 8)) (buffer-free b) (buffer-free b)",
+                 "error: buffer-free: buffer already freed");
+}
+
+static void test_errors_and_tracebacks(void **state)
+{
+    (void)state;
+    run_result r;
+    run(vm, "(define (inner x) (vector-ref x 0))\n(define (outer) (inner 5))\n(outer)\n", &r);
+    assert_int_equal(r.rc, -1);
+    const char *want = "Traceback (most recent call first):\n"
+                       "  inner at test.crawl:1\n"
+                       "  outer at test.crawl:2\n"
+                       "  <toplevel> at test.crawl:3\n"
+                       "error: type error: vector-ref expects a vector, got integer\n";
+    if (strcmp(r.err, want) != 0)
+        fail_msg("got:\n%s\nwanted:\n%s", r.err, want);
+    expect_error("(undefined-thing)", "error: unbound variable 'undefined-thing'");
+    expect_error("(define (f a b) a) (f 1)", "error: bad arity: f takes 2 argument(s), got 1");
+    expect_error("(vector-ref (vector))", "error: bad arity: vector-ref takes 2 argument(s), got 1");
+    expect_error("(5 1)", "error: type error: cannot call integer");
+    expect_error("(error \"custom\" 42 \"x\")", "error: custom 42 \"x\"");
+    expect_error("(assert (= 1 2) \"math\")", "error: assertion failed: math");
+    expect_error("(set! nope 1)", "error: set! of undefined variable 'nope'");
+    expect_error("(define (r n) (+ 1 (r n))) (r 1)", "error: stack overflow");
+    /* the VM is usable after every error */
+    expect_out("(print \"still fine\")", "still fine\n");
+}
+
+static void test_syntax_errors(void **state)
+{
+    (void)state;
+    expect_error("(print 1", "test.crawl:1:1: syntax error: unclosed '(' (end of file reached)");
+    expect_error("\n  )", "test.crawl:2:3: syntax error: unexpected ')'");
+    expect_error("(print \"abc)", "test.crawl:1:8: syntax error: unterminated string");
+    expect_error("'x", "test.crawl:1:1: syntax error: unsupported syntax ''x'");
+    expect_error("(print 99999999999999999999)", "test.crawl:1:8: syntax error: integer 99999999999999999999 does not fit in 62 bits");
+    expect_error("(if)", "test.crawl:1:1: error: if takes a condition");
+    expect_error("(let (x) x)", "test.crawl:1:7: error: a let binding is (name value)");
+    expect_error("(lambda (1) 1)", "test.crawl:1:10: error: parameters must be names");
+}
+
+static void test_backtrace_builtin(void **state)
+{
+    (void)state;
+    expect_out("(define (a) (backtrace))\n(define (b) (a))\n(b)\n",
+               "Traceback (most recent call first):\n"
+               "  a at test.crawl:1\n"
+               "  b at test.crawl:2\n"
+               "  <toplevel> at test.crawl:3\n");
+}
+
+int main(void)
+{
+    vm = test_vm(1);
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_arithmetic),
+        cmocka_unit_test(test_definitions_and_scope),
+        cmocka_unit_test(test_closures),
+        cmocka_unit_test(test_strings_and_vectors),
+        cmocka_unit_test(test_buffers),
+        cmocka_unit_test(test_errors_and_tracebacks),
+        cmocka_unit_test(test_syntax_errors),
+        cmocka_unit_test(test_backtrace_builtin),
+    };
+    return cmocka_run_group_tests_name("crawlvm-language", tests, NULL, NULL);
+}
