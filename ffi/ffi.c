@@ -195,10 +195,14 @@ void crawl_ffi_call(const crawl_ffi_fn *fn, crawl_ffi_value *ret, const crawl_ff
     for (unsigned i = 0; i < fn->sig.nargs; i++)
         argp[i] = (void *)&args[i];
     union { ffi_arg a; double d; void *p; } raw = {0};
+#ifdef CRAWL_FFI_NO_FRAMES            /* bench/vm: the cost of crawl's bookkeeping */
+    ffi_call((ffi_cif *)&fn->sig.cif, FFI_FN(fn->code), &raw, argp);
+#else
     call_frame fr = {.fn = fn};
     crawl_transition_push(&fr.t, &crawl_ffi_call_type);
     ffi_call((ffi_cif *)&fn->sig.cif, FFI_FN(fn->code), &raw, argp);
     crawl_frame_pop(&fr.t.frame);
+#endif
     if (ret)
         store_result(fn->sig.ret, &raw, ret);
 }
@@ -240,10 +244,14 @@ static void closure_entry(ffi_cif *cif, void *ret, void **args, void *user)
         default: in[i].L = *(unsigned long *)args[i]; break;
         }
     }
+#ifdef CRAWL_FFI_NO_FRAMES
+    c->handler(c, &out, in, c->user);
+#else
     callback_frame fr = {.closure = c};
     crawl_frame_push(&fr.frame, &crawl_ffi_callback_type);
     c->handler(c, &out, in, c->user);
     crawl_frame_pop(&fr.frame);
+#endif
     switch (c->sig.ret) {
     case 'v': break;
     case 'i': *(ffi_arg *)ret = (ffi_arg)(ffi_sarg)out.i; break;

@@ -56,7 +56,35 @@ int crawl__type_known(const crawl_frame_type *type)
 
 /* ---- push / pop ---------------------------------------------------------- */
 
-static void link_frame(crawl__thread *th, crawl_frame *f, const crawl_frame_type *type)
+/* The checks every push makes, all passing: the common case, kept short
+ * because VMs push Frames on every call into and out of native code. */
+static inline int push_is_plain(const crawl__thread *th, const crawl_frame *f,
+                                const crawl_frame_type *type)
+{
+    uintptr_t a = (uintptr_t)f;
+    return th->attached && a - th->stack_lo <= th->stack_hi - th->stack_lo - sizeof *f &&
+           f != th->top &&
+           (type == th->types[0] || type == th->types[1] || type == th->types[2] ||
+            type == th->types[3]) &&
+           type;
+}
+
+static inline void publish_frame(crawl__thread *th, crawl_frame *f, const crawl_frame_type *type)
+{
+    f->type = type;
+    f->next = th->top;
+    /* A signal handler on this thread must never see top before f is filled,
+     * nor more Frames on the chain than nframes counts (a walk would take
+     * the extra one for a cycle). */
+    th->nframes++;
+    atomic_signal_fence(memory_order_release);
+    th->top = f;
+}
+
+/* Every check, with the message for the one that fails. Out of line so the
+ * common path needs no stack frame of its own. */
+__attribute__((noinline, cold)) static void link_frame(crawl__thread *th, crawl_frame *f,
+                                                       const crawl_frame_type *type)
 {
     if (!type)
         crawl__fatal("crawl_frame_push of Frame %p with a NULL type", (void *)f);
@@ -73,23 +101,21 @@ static void link_frame(crawl__thread *th, crawl_frame *f, const crawl_frame_type
     if (f == th->top)
         crawl__fatal("crawl_frame_push of '%s' Frame %p: it is already the top Frame",
                      crawl__type_name(type), (void *)f);
-    if (type != th->last_type) {
+    if (type != th->types[0] && type != th->types[1] && type != th->types[2] &&
+        type != th->types[3]) {
         crawl__type_note(type);
-        th->last_type = type;
+        th->types[th->type_victim++ % 4] = type;
     }
-    f->type = type;
-    f->next = th->top;
-    /* A signal handler on this thread must never see top before f is filled,
-     * nor more Frames on the chain than nframes counts (a walk would take
-     * the extra one for a cycle). */
-    th->nframes++;
-    atomic_signal_fence(memory_order_release);
-    th->top = f;
+    publish_frame(th, f, type);
 }
 
 void crawl_frame_push(crawl_frame *f, const crawl_frame_type *type)
 {
-    link_frame(crawl__self(), f, type);
+    crawl__thread *th = crawl__self();
+    if (__builtin_expect(push_is_plain(th, f, type), 1))
+        publish_frame(th, f, type);
+    else
+        link_frame(th, f, type);
 }
 
 /* The type name of a Frame the caller handed us, read only if it is safe:
@@ -102,19 +128,23 @@ static const char *checked_name(const crawl__thread *th, const crawl_frame *f)
     return crawl__type_name(f->type);
 }
 
+/* The Frame being popped is not the top: say which is, and stop. */
+__attribute__((noinline, cold, noreturn)) static void pop_mismatch(const crawl__thread *th,
+                                                                  const crawl_frame *f)
+{
+    const crawl_frame *top = th->top;
+    if (!top)
+        crawl__fatal("crawl_frame_pop of '%s' Frame %p, but this thread's Frame chain is empty",
+                     checked_name(th, f), (void *)f);
+    crawl__fatal("Frame popped out of order: expected the top Frame '%s' at %p, got '%s' at %p",
+                 crawl__type_name(top->type), (void *)top, checked_name(th, f), (void *)f);
+}
+
 void crawl_frame_pop(crawl_frame *f)
 {
     crawl__thread *th = crawl__self();
-    crawl_frame *top = th->top;
-    if (top != f) {
-        if (!top)
-            crawl__fatal("crawl_frame_pop of '%s' Frame %p, but this thread's Frame chain is empty",
-                         checked_name(th, f), (void *)f);
-        else
-            crawl__fatal("Frame popped out of order: expected the top Frame '%s' at %p, got '%s' at %p",
-                         crawl__type_name(top->type), (void *)top, checked_name(th, f),
-                         (void *)f);
-    }
+    if (__builtin_expect(th->top != f, 0))
+        pop_mismatch(th, f);
     th->top = f->next;
     atomic_signal_fence(memory_order_release);
     th->nframes--;
@@ -154,5 +184,5 @@ void crawl__transition_link(crawl_transition *t, const crawl_frame_type *type)
         crawl__fatal("crawl_transition_push with type '%s': it needs CRAWL_FRAME_SAVES_REGS and "
                      "regs_offset == offsetof(crawl_transition, regs)",
                      crawl__type_name(type));
-    link_frame(crawl__self(), &t->frame, type);
+    crawl_frame_push(&t->frame, type);
 }

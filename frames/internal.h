@@ -12,7 +12,8 @@ typedef struct crawl__thread {
     unsigned nframes;                   /* Frames on the chain: bounds walks over a corrupt chain */
     int attached;
     uintptr_t stack_lo, stack_hi;       /* [lo, hi) from pthread_getattr_np */
-    const crawl_frame_type *last_type;  /* skips the known-type table on repeated pushes */
+    const crawl_frame_type *types[4];   /* recently pushed types: skips the type table */
+    unsigned type_victim;
     pid_t tid;
     struct crawl__thread *reg_prev, *reg_next;   /* registry of attached threads */
 } crawl__thread;

@@ -112,7 +112,8 @@ int crawl_thread_attach(void)
     th->tid = (pid_t)syscall(SYS_gettid);
     th->top = NULL;
     th->nframes = 0;
-    th->last_type = NULL;
+    for (int i = 0; i < 4; i++)
+        th->types[i] = NULL;
 
     th->attached = 1;
     pthread_mutex_lock(&registry_lock);

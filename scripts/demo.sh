@@ -1,10 +1,15 @@
 #!/bin/sh
-# The main job: build crawl and run the demo embedder, which prints a mixed
-# trace (script Frames among C frames) from inside libc's qsort.
+# The main job: build crawl and crawlvm, then run the demo script. libc's
+# qsort sorts native memory with a crawlvm comparator, which prints the
+# mixed stack (script frames among the C frames, through qsort and libffi)
+# from inside qsort; then a million allocations make Boehm collect many
+# times while live objects are held only on crawlvm's own value stack,
+# reported to the collector through crawl's Frames.
 set -eu
 cd "$(dirname "$0")/.."
 . scripts/deps.sh
 crawl_ensure_deps
 cmake --preset dev -DCRAWL_BUILD_TESTS=OFF -DCRAWL_BUILD_BENCH=OFF >/dev/null
-cmake --build build/dev --target qsort_trace -j"$(nproc)" >/dev/null
-exec build/dev/examples/qsort_trace
+cmake --build build/dev --target crawlvm -j"$(nproc)" >/dev/null
+echo "$ crawlvm --native --gc-stats examples/qsort.crawl"
+exec build/dev/crawlvm --native --gc-stats examples/qsort.crawl

@@ -31,7 +31,9 @@ value interp_run(vm_state *vm, uint32_t fn_slot, int argc)
         vm->seg->ci_end = vm->nci;
         vm->seg->v_end = fn_slot;
     }
+#ifndef CRAWLVM_NO_FRAMES
     crawl_frame_push(&seg.frame, &segment_type);
+#endif
     vm->seg = &seg;
 
     static void *const dispatch[OP__COUNT] = {
@@ -248,7 +250,9 @@ op_RET: {
     vm->nci--;
     if (vm->nci == seg.ci_base) {
         vm->top = fn_slot;
+#ifndef CRAWLVM_NO_FRAMES
         crawl_frame_pop(&seg.frame);
+#endif
         vm->seg = seg.outer;
         if (seg.outer)
             seg.outer->ci_end = seg.outer->v_end = 0;

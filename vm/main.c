@@ -90,12 +90,17 @@ int main(int argc, char **argv)
 
     GC_INIT();
     crawl_thread_attach();
+#ifndef CRAWLVM_NO_FRAMES
     crawl_boehm_install();
+#endif
     vm_state *vm = vm_new();
     if (!vm) {
         fprintf(stderr, "crawlvm: out of memory\n");
         return 70;
     }
+#ifdef CRAWLVM_NO_FRAMES
+    vm_push_roots_directly(vm);
+#endif
     vm->native_traces = native;
     vm->walk_flags = fast ? CRAWL_WALK_FAST : 0;
     vm_install_fatal_handlers(vm);

@@ -172,3 +172,28 @@ int vm_eval(vm_state *v, const char *source, const char *file, value *result)
         *result = rc ? V_NIL : r;
     return rc;
 }
+
+#ifdef CRAWLVM_NO_FRAMES
+/* bench/vm's comparison build, without crawl's bookkeeping: the stacks are
+ * pushed to Boehm directly, as a VM that does not use crawl would do. */
+#include <gc/gc_mark.h>
+static vm_state *direct_vm;
+static GC_push_other_roots_proc direct_previous;
+
+static void GC_CALLBACK push_vm_stacks(void)
+{
+    if (direct_previous)
+        direct_previous();
+    if (direct_vm->top)
+        GC_push_all_eager(direct_vm->stack, direct_vm->stack + direct_vm->top);
+    if (direct_vm->nci)
+        GC_push_all_eager(direct_vm->ci, direct_vm->ci + direct_vm->nci);
+}
+
+void vm_push_roots_directly(vm_state *v)
+{
+    direct_vm = v;
+    direct_previous = GC_get_push_other_roots();
+    GC_set_push_other_roots(push_vm_stacks);
+}
+#endif

@@ -168,6 +168,9 @@ value vm_call(vm_state *vm, value fn, int argc, const value *argv);
 int vm_global_index(vm_state *vm, const char *name);
 void vm_set_global(vm_state *vm, const char *name, value v);
 value vm_get_global(vm_state *vm, const char *name);
+#ifdef CRAWLVM_NO_FRAMES
+void vm_push_roots_directly(vm_state *vm);   /* bench/vm's build without crawl's Frames */
+#endif
 
 /* ---- errors and traces (vm/trace.c) --------------------------------------- */
 _Noreturn void vm_error(vm_state *vm, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
