@@ -243,6 +243,39 @@ static void test_gc_stats(void **state)
     expect_order(p.err, (const char *const[]){"^gc: [0-9]+ collections, heap [0-9]+ KiB", NULL});
 }
 
+/* Every example script runs as its comments say. */
+static void test_examples(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *file;
+        int exit_code;                   /* -SIGSEGV: dies by that signal */
+        const char *out;
+    } examples[] = {
+        {"fib.crawl", 0, "fib 25 = 75025\n"},
+        {"closures.crawl", 0, "11 15\n[0 1 4 9 16 25]\nlen=5\ndone\n"},
+        {"error.crawl", 1, "2\n"},
+        {"gc.crawl", 0, "levels checked after collections: 2000\n"},
+        {"qsort.crawl", 0, NULL},
+        {"crash.crawl", -SIGSEGV, ""},
+    };
+    for (size_t i = 0; i < sizeof examples / sizeof examples[0]; i++) {
+        char path[512];
+        snprintf(path, sizeof path, "%s/%s", EXAMPLES_DIR, examples[i].file);
+        proc p;
+        crawlvm(&p, (const char *[]){path, NULL});
+        if (examples[i].exit_code < 0) {
+            if (!WIFSIGNALED(p.status) || WTERMSIG(p.status) != -examples[i].exit_code)
+                fail_msg("%s: status %#x\n%s", path, p.status, p.err);
+        } else {
+            EXPECT_EXIT(&p, examples[i].exit_code);
+        }
+        if (examples[i].out && strncmp(p.out, examples[i].out, strlen(examples[i].out)) != 0)
+            fail_msg("%s printed:\n%s\nwanted it to start with:\n%s", path, p.out,
+                     examples[i].out);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -253,6 +286,7 @@ int main(void)
         cmocka_unit_test(test_ffi_errors),
         cmocka_unit_test(test_fatal_signal_in_native_code),
         cmocka_unit_test(test_gc_stats),
+        cmocka_unit_test(test_examples),
     };
     return cmocka_run_group_tests_name("crawlvm-cli", tests, NULL, NULL);
 }
