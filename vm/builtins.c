@@ -45,20 +45,29 @@ static void out(vm_state *vm, const char *s, size_t n)
 
 /* ---- printing --------------------------------------------------------------- */
 
+/* The printed form of v: in small when it fits, else in malloc'ed memory
+ * (free it when it is not small). */
+static char *formatted(vm_state *vm, value v, char *small, size_t len, size_t *n)
+{
+    int need = format_value(v, small, len, 0);
+    *n = (size_t)need;
+    if (need < (int)len)
+        return small;
+    char *big = malloc((size_t)need + 1);
+    if (!big)
+        vm_error(vm, "out of memory");
+    format_value(v, big, (size_t)need + 1, 0);
+    return big;
+}
+
 static void print_value(vm_state *vm, value v)
 {
     char small[256];
-    int n = format_value(v, small, sizeof small, 0);
-    if (n < (int)sizeof small) {
-        out(vm, small, (size_t)n);
-        return;
-    }
-    char *big = malloc((size_t)n + 1);
-    if (!big)
-        vm_error(vm, "out of memory");
-    format_value(v, big, (size_t)n + 1, 0);
-    out(vm, big, (size_t)n);
-    free(big);
+    size_t n;
+    char *text = formatted(vm, v, small, sizeof small, &n);
+    out(vm, text, n);
+    if (text != small)
+        free(text);
 }
 
 BUILTIN(b_print)
@@ -85,16 +94,12 @@ BUILTIN(b_str)
     if (is_type(argv[0], T_STRING))
         return argv[0];
     char small[256];
-    int n = format_value(argv[0], small, sizeof small, 0);
-    if (n < (int)sizeof small)
-        return make_string(small, (size_t)n);
-    char *big = malloc((size_t)n + 1);
-    if (!big)
-        vm_error(vm, "out of memory");
-    format_value(argv[0], big, (size_t)n + 1, 0);
-    value s = make_string(big, (size_t)n);
-    free(big);
-    return s;
+    size_t n;
+    char *text = formatted(vm, argv[0], small, sizeof small, &n);
+    value str = make_string(text, n);
+    if (text != small)
+        free(text);
+    return str;
 }
 
 /* ---- integers ---------------------------------------------------------------- */

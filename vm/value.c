@@ -75,16 +75,17 @@ int format_value(value v, char *buf, size_t len, int quote)
     case T_STRING:
         return snprintf(buf, len, quote ? "\"%s\"" : "%s", ((vstring *)v)->s);
     case T_VECTOR: {
+        /* like snprintf, return the full length even when buf is too small */
         vvector *vec = (vvector *)v;
+#define REST (n < len ? buf + n : NULL), (n < len ? len - n : 0)
         size_t n = (size_t)snprintf(buf, len, "[");
         for (uint32_t i = 0; i < vec->len; i++) {
-            if (n < len && i)
-                n += (size_t)snprintf(buf + n, len - n, " ");
-            if (n < len)
-                n += (size_t)format_value(vec->items[i], buf + n, len - n, 1);
+            if (i)
+                n += (size_t)snprintf(REST, " ");
+            n += (size_t)format_value(vec->items[i], REST, 1);
         }
-        if (n < len)
-            n += (size_t)snprintf(buf + n, len - n, "]");
+        n += (size_t)snprintf(REST, "]");
+#undef REST
         return (int)n;
     }
     case T_CLOSURE:

@@ -87,6 +87,8 @@ static void test_strings_and_vectors(void **state)
     expect_out("(print (vector 1 (vector 2 3)) (equal? (vector 1 \"a\") (vector 1 \"a\")) "
                "(eq? (vector) (vector)))",
                "[1 [2 3]] #t #f\n");
+    /* longer than any fixed buffer: printed whole */
+    expect_out("(print (string-length (str (make-vector 100 \"abcdef\"))))", "901\n");
     expect_out("(print (str 42) (string? (str 1)) (integer? 1) (vector? 1) (nil? nil) "
                "(procedure? print))",
                "42 #t #t #f #t #t\n");
