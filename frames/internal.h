@@ -15,6 +15,7 @@ typedef struct crawl__thread {
     const crawl_frame_type *types[4];   /* recently pushed types: skips the type table */
     unsigned type_victim;
     pid_t tid;
+    unsigned seq;                       /* 0, 1, 2... in attach order ("T0" in reports) */
     struct crawl__thread *reg_prev, *reg_next;   /* registry of attached threads */
 } crawl__thread;
 

@@ -14,6 +14,7 @@ __thread crawl__thread crawl__tls __attribute__((tls_model("initial-exec")));
 static pthread_mutex_t registry_lock = PTHREAD_MUTEX_INITIALIZER;
 static crawl__thread *registry_head;
 static pthread_key_t exit_key;
+static atomic_uint next_seq;
 static pthread_once_t exit_key_once = PTHREAD_ONCE_INIT;
 
 /* The registry is changed under registry_lock, one atomic pointer store at
@@ -110,6 +111,7 @@ int crawl_thread_attach(void)
     th->stack_lo = (uintptr_t)addr;
     th->stack_hi = (uintptr_t)addr + size;
     th->tid = (pid_t)syscall(SYS_gettid);
+    th->seq = atomic_fetch_add(&next_seq, 1);
     th->top = NULL;
     th->nframes = 0;
     for (int i = 0; i < 4; i++)

@@ -136,4 +136,8 @@ crawl_walk_status sw_walk(const crawl_regs *regs, unsigned exact, unsigned skip,
                           crawl_walk_fn fn, void *ctx, unsigned flags);
 void sw_regs_from_ucontext(crawl_regs *r, const ucontext_t *uc);
 
+/* "function file:line" or "function (module+0xoff)" for a native pc (a
+ * return address unless exact). snprintf-like; not signal-safe. */
+int sw_describe_pc(uintptr_t pc, int exact, char *buf, size_t len);
+
 #endif

@@ -6,17 +6,12 @@
 
 #include "stackwalk/internal.h"
 
-/* Native return addresses point after the call; the call is at pc-1. */
-static uintptr_t lookup_pc(const crawl_cf *cf)
-{
-    return (crawl_cf_flags(cf) & CRAWL_CF_EXACT_IP) ? crawl_cf_ip(cf) : crawl_cf_ip(cf) - 1;
-}
-
-static int describe_native(const crawl_cf *cf, char *buf, size_t len)
+int sw_describe_pc(uintptr_t pc, int exact, char *buf, size_t len)
 {
     char sbuf[1024];
     crawl_symbol s;
-    int rc = crawl_symbolize(lookup_pc(cf), &s, sbuf, sizeof sbuf);
+    uintptr_t lookup = exact ? pc : pc - 1;  /* a return address: the call is before it */
+    int rc = crawl_symbolize(lookup, &s, sbuf, sizeof sbuf);
     if (rc == -ENOENT || (rc == 0 && !s.function && !s.module))
         return snprintf(buf, len, "<unknown>");
     const char *fn = s.function ? s.function : "<unknown>";
@@ -24,8 +19,13 @@ static int describe_native(const crawl_cf *cf, char *buf, size_t len)
         return snprintf(buf, len, "%s %s:%d", fn, s.file, s.line);
     if (s.module) /* the offset of the address printed, not of the call instruction */
         return snprintf(buf, len, "%s (%s+0x%lx)", fn, s.module,
-                        (unsigned long)(s.module_offset + (crawl_cf_ip(cf) - lookup_pc(cf))));
+                        (unsigned long)(s.module_offset + (pc - lookup)));
     return snprintf(buf, len, "%s", fn);
+}
+
+static int describe_native(const crawl_cf *cf, char *buf, size_t len)
+{
+    return sw_describe_pc(crawl_cf_ip(cf), (crawl_cf_flags(cf) & CRAWL_CF_EXACT_IP) != 0, buf, len);
 }
 
 int crawl_cf_describe(const crawl_cf *cf, char *buf, size_t len)

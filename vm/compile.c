@@ -481,7 +481,9 @@ static void compile_expr(compiler *c, func *f, const node *n)
 static proto *finish(compiler *c, func *f, const node *at)
 {
     emit(f, INS(OP_RET, 0), -1);
-    proto *p = GC_MALLOC(sizeof *p);
+    /* Uncollectable: stored stacks (the sanitizer's allocation and free
+     * stacks) name protos long after their closures are gone. */
+    proto *p = GC_MALLOC_UNCOLLECTABLE(sizeof *p);
     if (!p) {
         fprintf(stderr, "crawlvm: out of memory\n");
         exit(70);

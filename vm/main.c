@@ -15,6 +15,8 @@ static const char usage[] =
     "  --native     show the C frames between script frames in tracebacks\n"
     "  --fast       walk stacks with frame pointers instead of DWARF CFI\n"
     "  --gc-stats   print collector statistics at exit\n"
+    "  --sanitize   native buffers on crawl's checked heap: AddressSanitizer-style\n"
+    "               reports with script frames (options: CRAWL_OPTIONS)\n"
     "  --help       this text\n"
     "Exit status: 0 success, 1 script error, 2 bad usage.\n";
 
@@ -51,7 +53,7 @@ static char *read_file(const char *path)
 int main(int argc, char **argv)
 {
     const char *file = NULL, *expr = NULL;
-    int native = 0, fast = 0, gc_stats = 0;
+    int native = 0, fast = 0, gc_stats = 0, sanitize = 0;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
             fputs(usage, stdout);
@@ -62,6 +64,8 @@ int main(int argc, char **argv)
             fast = 1;
         } else if (strcmp(argv[i], "--gc-stats") == 0) {
             gc_stats = 1;
+        } else if (strcmp(argv[i], "--sanitize") == 0) {
+            sanitize = 1;
         } else if (strcmp(argv[i], "-e") == 0) {
             if (++i == argc) {
                 fprintf(stderr, "crawlvm: -e needs an expression\n%s", usage);
@@ -103,6 +107,8 @@ int main(int argc, char **argv)
 #endif
     vm->native_traces = native;
     vm->walk_flags = fast ? CRAWL_WALK_FAST : 0;
+    if (sanitize)
+        vm->alloc = (vm_allocator){crawl_heap_malloc, crawl_heap_free, crawl_heap_check};
     vm_install_fatal_handlers(vm);
     int rc = vm_eval(vm, expr ? expr : source, expr ? "-e" : file, NULL);
     fflush(stdout);

@@ -42,6 +42,14 @@ static int seg_describe(const crawl_frame *f, const crawl_vm_frame *vf, char *bu
     return snprintf(buf, len, "%s %s:%d", p->name, p->file, proto_line(p, (uint32_t)vf->pc));
 }
 
+/* For stacks stored by the sanitizer's depot: the proto and position are
+ * all that is left. Protos are never collected (see compile.c). */
+static int seg_describe_method(const void *method, uintptr_t pc, char *buf, size_t len)
+{
+    const proto *p = method;
+    return snprintf(buf, len, "%s %s:%d", p->name, p->file, proto_line(p, (uint32_t)pc));
+}
+
 /* Every callinfo's closure and every value-stack slot of this segment. */
 static void seg_roots(crawl_frame *f, crawl_roots *sink)
 {
@@ -63,6 +71,7 @@ const crawl_frame_type segment_type = {
     .enum_roots = seg_roots,
     .vm_next = seg_next,
     .vm_describe = seg_describe,
+    .describe_method = seg_describe_method,
 };
 
 /* ---- tracebacks -------------------------------------------------------------- */
@@ -197,7 +206,9 @@ void vm_install_fatal_handlers(vm_state *v)
     sigaltstack(&ss, NULL);
     struct sigaction sa = {.sa_sigaction = on_fatal, .sa_flags = SA_SIGINFO | SA_ONSTACK};
     sigemptyset(&sa.sa_mask);
-    const int sigs[] = {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT};
+    /* not SIGABRT: an abort follows a report (crawl's or the sanitizer's)
+     * that already says what happened */
+    const int sigs[] = {SIGSEGV, SIGBUS, SIGFPE, SIGILL};
     for (size_t i = 0; i < sizeof sigs / sizeof sigs[0]; i++)
         sigaction(sigs[i], &sa, NULL);
 }

@@ -9,5 +9,6 @@
 #include <crawl/frames.h>
 #include <crawl/stackwalk.h>
 #include <crawl/gcroots.h>
+#include <crawl/sanitizer.h>
 
 #endif

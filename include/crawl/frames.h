@@ -77,6 +77,11 @@ struct crawl_frame_type {
     /* Interpreter segments: one printable line for an activation, e.g.
      * "fib demo.crawl:3" (function, then file:line). snprintf-like. */
     int (*vm_describe)(const crawl_frame *f, const crawl_vm_frame *vf, char *buf, size_t len);
+    /* Describe an activation from what a stored stack keeps of it (the
+     * sanitizer's allocation and free stacks outlive their Frames): the
+     * method (vm_next's vf->method, or method() for CRAWL_FRAME_FUNCTION
+     * Frames) and the position (vf->pc, or 0). Same text as vm_describe. */
+    int (*describe_method)(const void *method, uintptr_t pc, char *buf, size_t len);
 };
 
 /* Attach the calling thread: record its stack bounds and register it.

@@ -243,6 +243,57 @@ static void test_gc_stats(void **state)
     expect_order(p.err, (const char *const[]){"^gc: [0-9]+ collections, heap [0-9]+ KiB", NULL});
 }
 
+/* --sanitize: the checked heap's report names the script functions that
+ * allocated, freed and read the buffer, among the C frames. */
+static void test_sanitize_use_after_free(void **state)
+{
+    (void)state;
+    proc p;
+    crawlvm(&p, (const char *[]){"--sanitize", EXAMPLES_DIR "/use_after_free.crawl", NULL});
+    if (!WIFSIGNALED(p.status) || WTERMSIG(p.status) != SIGABRT)
+        fail_msg("status %#x, wanted SIGABRT (halt_on_error=1)\n%s", p.status, p.err);
+    assert_string_equal(p.out, "first entry: 42\n");
+    expect_order(p.err, (const char *const[]){
+                            "^==[0-9]+==ERROR: AddressSanitizer: heap-use-after-free on address 0x[0-9a-f]+ at pc ",
+                            "^READ of size 4 at 0x[0-9a-f]+ thread T0$",
+                            "^    #[0-9]+ 0x[0-9a-f]+ in buffer_at ",
+                            "^    #[0-9]+ in first-entry .*use_after_free\\.crawl:6$",
+                            "^    #[0-9]+ in <toplevel> .*use_after_free\\.crawl:12$",
+                            "is located 0 bytes inside of 40-byte region",
+                            "^freed by thread T0 here:$",
+                            "^    #[0-9]+ in drop-table .*use_after_free\\.crawl:5$",
+                            "^    #[0-9]+ in <toplevel> .*use_after_free\\.crawl:11$",
+                            "^previously allocated by thread T0 here:$",
+                            "^    #[0-9]+ in make-table .*use_after_free\\.crawl:4$",
+                            "^    #[0-9]+ in <toplevel> .*use_after_free\\.crawl:8$",
+                            "^SUMMARY: AddressSanitizer: heap-use-after-free ",
+                            "^==[0-9]+==ABORTING$",
+                            NULL});
+}
+
+static void test_sanitize_overflow_and_go_on(void **state)
+{
+    (void)state;
+    setenv("CRAWL_OPTIONS", "halt_on_error=0", 1);
+    proc p;
+    crawlvm(&p, (const char *[]){"--sanitize", "-e",
+                                 "(define b (make-buffer 13))\n"
+                                 "(print (buffer-u8-ref b 12))\n"
+                                 "(buffer-u8-ref b 13)\n",
+                                 NULL});
+    unsetenv("CRAWL_OPTIONS");
+    EXPECT_EXIT(&p, 1);                  /* the report, then a script error */
+    assert_string_equal(p.out, "0\n");
+    expect_order(p.err, (const char *const[]){
+                            "ERROR: AddressSanitizer: heap-buffer-overflow on address ",
+                            "^READ of size 1 at 0x[0-9a-f]+ thread T0$",
+                            "is located 0 bytes after 13-byte region",
+                            "^    #[0-9]+ in <toplevel> -e:1$",
+                            "^Traceback \\(most recent call first\\):$",
+                            "^error: buffer-u8-ref: invalid access reported by the checked heap$",
+                            NULL});
+}
+
 /* Every example script runs as its comments say. */
 static void test_examples(void **state)
 {
@@ -258,6 +309,7 @@ static void test_examples(void **state)
         {"gc.crawl", 0, "levels checked after collections: 2000\n"},
         {"qsort.crawl", 0, NULL},
         {"crash.crawl", -SIGSEGV, ""},
+        {"use_after_free.crawl", 1, "first entry: 42\n"},    /* without --sanitize: a VM error */
     };
     for (size_t i = 0; i < sizeof examples / sizeof examples[0]; i++) {
         char path[512];
@@ -287,6 +339,8 @@ int main(void)
         cmocka_unit_test(test_fatal_signal_in_native_code),
         cmocka_unit_test(test_gc_stats),
         cmocka_unit_test(test_examples),
+        cmocka_unit_test(test_sanitize_use_after_free),
+        cmocka_unit_test(test_sanitize_overflow_and_go_on),
     };
     return cmocka_run_group_tests_name("crawlvm-cli", tests, NULL, NULL);
 }

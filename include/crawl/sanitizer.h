@@ -1,0 +1,120 @@
+/* crawl — the sanitizer layer: a depot of mixed stack traces, a checked heap
+ * with shadow memory, and heap-error reports in the AddressSanitizer shape
+ * whose allocation and free stacks show VM activations among C frames.
+ *
+ * Reports use AddressSanitizer's wording and layout ("==PID==ERROR:
+ * AddressSanitizer: heap-use-after-free on address ...") so that people and
+ * triage tools read them as they read ASan's.
+ */
+#ifndef CRAWL_SANITIZER_H
+#define CRAWL_SANITIZER_H
+
+#include <crawl/stackwalk.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- the stack depot ------------------------------------------------------------
+ * Append-only and deduplicating: the same trace always gets the same id,
+ * ids are never reused or changed, 0 means "none". A trace is an array of
+ * words: native pcs as they are, and tagged entries for what Frames add:
+ *   CRAWL_DEPOT_VM | type, method, pc    a VM or function activation (3 words)
+ *   CRAWL_DEPOT_JIT | method             a JIT frame, by method only (its pc
+ *                                        would make every trace unique)
+ * crawl_depot_capture builds such traces; put/get take any words.
+ * put and get are lock-free and async-signal-safe (memory comes from
+ * mmap'ed arenas); get's pointer stays valid for the life of the process. */
+#define CRAWL_DEPOT_VM ((uintptr_t)1 << 63)
+#define CRAWL_DEPOT_JIT ((uintptr_t)1 << 62)
+#define CRAWL_DEPOT_TAGS (CRAWL_DEPOT_VM | CRAWL_DEPOT_JIT)
+#define CRAWL_DEPOT_MAX_FRAMES 256
+
+/* Store frames[0..n) (1 <= n <= CRAWL_DEPOT_MAX_FRAMES words); its id, or
+ * 0 when nothing was stored (n out of range, or the byte budget is spent:
+ * the drop is counted). */
+CRAWL_API uint32_t crawl_depot_put(const uintptr_t *frames, unsigned n);
+/* The words of trace id: their count, and *frames set; 0 for an unknown id. */
+CRAWL_API unsigned crawl_depot_get(uint32_t id, const uintptr_t **frames);
+
+typedef struct crawl_depot_stats {
+    unsigned long ids;                  /* distinct traces stored */
+    unsigned long bytes;                /* arena memory used */
+    unsigned long drops;                /* puts refused by the budget */
+    unsigned long budget;               /* bytes */
+} crawl_depot_stats;
+CRAWL_API void crawl_depot_get_stats(crawl_depot_stats *out);
+
+/* Capture the calling thread's mixed stack (from the caller, at most max
+ * words) into the depot: native and JIT frames and VM/function
+ * activations, in walk order. flags: CRAWL_WALK_FAST (the default for
+ * allocation stacks) or 0 for precise. The id, or 0. Allocates nothing;
+ * async-signal-safe with CRAWL_WALK_FAST | CRAWL_WALK_SIGNAL_SAFE. */
+CRAWL_API uint32_t crawl_depot_capture(unsigned max_frames, unsigned flags);
+
+/* Print trace id, one "    #N 0xPC in function file:line" (native) or
+ * "    #N in function file:line" (activation) line each, to fd. Not
+ * signal-safe (symbolizes). */
+CRAWL_API void crawl_depot_print(uint32_t id, int fd);
+
+/* ---- the checked heap ---------------------------------------------------------------
+ * malloc/calloc/realloc/free with redzones, a FIFO quarantine of freed
+ * chunks, allocation and free stacks in the depot, and shadow memory in
+ * AddressSanitizer's encoding (1 byte per 8: 00 addressable, 01..07 the
+ * first k bytes, fa/fb left/right redzone, fd freed, f7 poisoned by user).
+ * Errors (double free, freeing an address that was not allocated here) are
+ * reported; an explicit check reports use after free and overflows. Thread-
+ * safe (one lock); not async-signal-safe. */
+CRAWL_API void *crawl_heap_malloc(size_t size);
+CRAWL_API void *crawl_heap_calloc(size_t n, size_t size);
+CRAWL_API void *crawl_heap_realloc(void *p, size_t size);
+CRAWL_API void crawl_heap_free(void *p);
+
+/* Check an access of size bytes at addr (what instrumentation would do for
+ * code that cannot be compiled with it: an interpreter checking its own
+ * loads and stores). 0 when the access is fine or addr is outside the
+ * checked heap; otherwise a report was emitted (and, with halt_on_error=1,
+ * the process aborted) and 1 is returned. */
+CRAWL_API int crawl_heap_check(const void *addr, size_t size, int is_write);
+
+/* Mark [addr, addr+size) of a live chunk unaddressable (f7) / addressable
+ * again, e.g. for an embedder's own sub-allocations. 0, or -EINVAL if the
+ * range is not inside a live chunk. */
+CRAWL_API int crawl_heap_poison(const void *addr, size_t size);
+CRAWL_API int crawl_heap_unpoison(const void *addr, size_t size);
+
+/* 1 if p lies in the checked heap's region. Async-signal-safe. */
+CRAWL_API int crawl_heap_owns(const void *p);
+
+/* ---- options and reports ------------------------------------------------------------
+ * Options are "key=value" pairs separated by ':'. Read, in order, from a
+ * weak crawl_default_options() the program may define, then from the
+ * CRAWL_OPTIONS environment variable (ignored in set-uid/set-gid programs),
+ * then from each crawl_sanitizer_set_options call.
+ *   halt_on_error=1         abort after a report (0: return and go on)
+ *   log_path=PATH           write reports to PATH.PID ("stderr", the default,
+ *                           and "stdout" name those streams)
+ *   malloc_context_size=30  frames kept per allocation/free stack (1..256)
+ *   quarantine_size_mb=64   freed memory kept unallocatable
+ *   redzone=16              minimum redzone bytes (16..2048, a power of 2)
+ *   fast_unwind_on_malloc=1 frame-pointer walks for allocation stacks
+ *   depot_budget_mb=256     memory the stack depot may use
+ *   help=1                  print these options
+ * A malformed string or an unknown key or value prints one warning line
+ * naming it, changes nothing, and returns a negative errno value. */
+CRAWL_API int crawl_sanitizer_set_options(const char *options);
+
+/* The options in effect, as an options string (all keys but help).
+ * snprintf-like. */
+CRAWL_API int crawl_sanitizer_get_options(char *buf, size_t len);
+
+/* Also pass each report's full text to fn (in addition to writing it). */
+CRAWL_API void crawl_set_report_callback(void (*fn)(const char *report, void *ctx), void *ctx);
+
+/* Reports emitted so far (with halt_on_error=0). */
+CRAWL_API unsigned long crawl_sanitizer_report_count(void);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,109 @@
+/* Mixed traces: capture the current stack into the depot, and print one. */
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "sanitizer/internal.h"
+
+typedef struct capture {
+    uintptr_t words[CRAWL_DEPOT_MAX_FRAMES];
+    unsigned n, max;
+} capture;
+
+/* Frames that carry no script location (transition, entry) are left out by
+ * CRAWL_WALK_FUNCTIONS_ONLY; VM activations and function Frames become
+ * (tag | type, method, position) triples, JIT frames their method. */
+static crawl_action add_frame(const crawl_cf *cf, void *ctx)
+{
+    capture *c = ctx;
+    switch (crawl_cf_kind(cf)) {
+    case CRAWL_CF_NATIVE:
+        c->words[c->n++] = crawl_cf_ip(cf) & ~CRAWL_DEPOT_TAGS;
+        break;
+    case CRAWL_CF_JIT:
+        c->words[c->n++] = CRAWL_DEPOT_JIT | (uintptr_t)crawl_cf_method(cf);
+        break;
+    case CRAWL_CF_VM:
+    case CRAWL_CF_FRAME:
+        if (c->n + 3 > c->max)
+            return CRAWL_ABORT;
+        c->words[c->n++] = CRAWL_DEPOT_VM | (uintptr_t)crawl_cf_frame(cf)->type;
+        c->words[c->n++] = (uintptr_t)crawl_cf_method(cf);
+        c->words[c->n++] = crawl_cf_kind(cf) == CRAWL_CF_VM ? crawl_cf_ip(cf) : 0;
+        break;
+    }
+    return c->n < c->max ? CRAWL_CONTINUE : CRAWL_ABORT;
+}
+
+uint32_t san_capture_at(const crawl_regs *from, unsigned max, unsigned flags)
+{
+    capture c;
+    c.n = 0;
+    c.max = max < 1 ? 1 : max > CRAWL_DEPOT_MAX_FRAMES ? CRAWL_DEPOT_MAX_FRAMES : max;
+    sw_walk(from, 0, 1, add_frame, &c,
+            (flags & (CRAWL_WALK_FAST | CRAWL_WALK_SIGNAL_SAFE)) | CRAWL_WALK_FUNCTIONS_ONLY);
+    return c.n ? crawl_depot_put(c.words, c.n) : 0;
+}
+
+uint32_t crawl_depot_capture(unsigned max_frames, unsigned flags)
+{
+    crawl_regs here;
+    crawl_capture_regs(&here);
+    uint32_t id = san_capture_at(&here, max_frames, flags);
+    __asm__ volatile("" : "+r"(id));    /* keep this frame alive: no tail call */
+    return id;
+}
+
+/* An activation stored in the depot, through its type's describe_method. */
+static int describe_activation(const uintptr_t *w, char *buf, size_t len)
+{
+    const crawl_frame_type *t = (const crawl_frame_type *)(w[0] & ~CRAWL_DEPOT_TAGS);
+    if (t->describe_method)
+        return t->describe_method((const void *)w[1], w[2], buf, len);
+    return snprintf(buf, len, "[%s activation, method %p]", t->name ? t->name : "?",
+                    (const void *)w[1]);
+}
+
+size_t san_format_trace(const uintptr_t *w, unsigned n, char *buf, size_t len)
+{
+    size_t used = 0;
+    unsigned depth = 0;
+    char text[700];
+    for (unsigned i = 0; i < n && used < len; depth++) {
+        int k;
+        if (w[i] & CRAWL_DEPOT_VM) {
+            if (i + 3 > n)
+                break;                   /* a truncated triple: nothing to say */
+            describe_activation(&w[i], text, sizeof text);
+            k = snprintf(buf + used, len - used, "    #%u in %s\n", depth, text);
+            i += 3;
+        } else if (w[i] & CRAWL_DEPOT_JIT) {
+            k = snprintf(buf + used, len - used, "    #%u in JIT code, method %p\n", depth,
+                         (const void *)(w[i] & ~CRAWL_DEPOT_TAGS));
+            i++;
+        } else {
+            sw_describe_pc(w[i], 0, text, sizeof text);
+            k = snprintf(buf + used, len - used, "    #%u 0x%lx in %s\n", depth,
+                         (unsigned long)w[i], text);
+            i++;
+        }
+        if (k > 0)
+            used += (size_t)k;
+    }
+    return used < len ? used : len - 1;
+}
+
+void crawl_depot_print(uint32_t id, int fd)
+{
+    const uintptr_t *w;
+    unsigned n = crawl_depot_get(id, &w);
+    char buf[16384];
+    size_t used = n ? san_format_trace(w, n, buf, sizeof buf) : 0;
+    while (used) {
+        ssize_t k = write(fd, buf, used);
+        if (k <= 0)
+            break;
+        used -= (size_t)k;
+        memmove(buf, buf + k, used);
+    }
+}

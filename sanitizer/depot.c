@@ -1,0 +1,182 @@
+/* The stack depot: deduplicating, append-only storage of traces.
+ *
+ * A hash table of lock-free singly linked lists; nodes come from mmap'ed
+ * arenas by bump allocation and are never freed, so readers need no lock
+ * and a pointer handed out stays valid. A put that misses links its node
+ * with one CAS on the bucket head; if another thread linked the same trace
+ * first, it finds it on the retry and its own node is simply wasted. Ids
+ * index a two-level table of node pointers, also installed with CAS.
+ * Everything here is async-signal-safe: atomics, mmap, memcmp, XXH3. */
+#define XXH_INLINE_ALL
+#include <errno.h>
+#include <stdatomic.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <xxhash.h>
+
+#include "sanitizer/internal.h"
+
+typedef struct node {
+    struct node *next;                  /* older node in the bucket */
+    uint64_t hash;
+    uint32_t id;
+    uint32_t n;
+    uintptr_t frames[];
+} node;
+
+#define BUCKET_BITS 18
+#define BUCKETS (1u << BUCKET_BITS)
+static _Atomic(node *) buckets[BUCKETS];
+
+/* ---- arenas --------------------------------------------------------------- */
+#define ARENA_SIZE (1u << 20)
+
+typedef struct arena {
+    _Atomic size_t used;
+    size_t size;
+    char data[];
+} arena;
+
+static _Atomic(arena *) current_arena;
+static atomic_size_t bytes_used, drops, stored;
+static size_t budget = (size_t)256 << 20;
+
+static arena *new_arena(size_t need)
+{
+    size_t size = need + sizeof(arena) > ARENA_SIZE ? need + sizeof(arena) : ARENA_SIZE;
+    arena *a = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (a == MAP_FAILED)
+        return NULL;
+    atomic_init(&a->used, 0);
+    a->size = size - sizeof(arena);
+    return a;
+}
+
+static void *arena_alloc(size_t bytes)
+{
+    bytes = (bytes + 15) & ~(size_t)15;
+    if (atomic_fetch_add(&bytes_used, bytes) + bytes > budget) {
+        atomic_fetch_sub(&bytes_used, bytes);
+        return NULL;
+    }
+    for (;;) {
+        arena *a = atomic_load(&current_arena);
+        if (a) {
+            size_t off = atomic_fetch_add(&a->used, bytes);
+            if (off + bytes <= a->size)
+                return a->data + off;
+        }
+        arena *fresh = new_arena(bytes);
+        if (!fresh) {
+            atomic_fetch_sub(&bytes_used, bytes);
+            return NULL;
+        }
+        size_t off = atomic_fetch_add(&fresh->used, bytes);
+        if (atomic_compare_exchange_strong(&current_arena, &a, fresh))
+            return fresh->data + off;
+        /* another thread installed an arena first: ours stays unused */
+        munmap(fresh, fresh->size + sizeof(arena));
+    }
+}
+
+/* ---- ids ------------------------------------------------------------------- */
+#define PAGE_BITS 16
+#define PAGE_IDS (1u << PAGE_BITS)
+static _Atomic(_Atomic(node *) *) id_pages[1u << (32 - PAGE_BITS)];
+static atomic_uint next_id = 1;
+
+static int set_id(uint32_t id, node *nd)
+{
+    _Atomic(_Atomic(node *) *) *slot = &id_pages[id >> PAGE_BITS];
+    _Atomic(node *) *page = atomic_load(slot);
+    if (!page) {
+        _Atomic(node *) *fresh = mmap(NULL, PAGE_IDS * sizeof(node *), PROT_READ | PROT_WRITE,
+                                      MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        if (fresh == MAP_FAILED)
+            return -1;
+        if (atomic_compare_exchange_strong(slot, &page, fresh))
+            page = fresh;
+        else
+            munmap(fresh, PAGE_IDS * sizeof(node *));
+    }
+    atomic_store_explicit(&page[id & (PAGE_IDS - 1)], nd, memory_order_release);
+    return 0;
+}
+
+/* ---- the API ----------------------------------------------------------------- */
+
+static node *find(node *from, node *until, uint64_t h, const uintptr_t *frames, unsigned n)
+{
+    for (node *nd = from; nd != until; nd = nd->next)
+        if (nd->hash == h && nd->n == n && memcmp(nd->frames, frames, n * sizeof *frames) == 0)
+            return nd;
+    return NULL;
+}
+
+uint32_t crawl_depot_put(const uintptr_t *frames, unsigned n)
+{
+    if (!frames || n == 0 || n > CRAWL_DEPOT_MAX_FRAMES)
+        return 0;
+    uint64_t h = XXH3_64bits(frames, n * sizeof *frames);
+    _Atomic(node *) *bucket = &buckets[h & (BUCKETS - 1)];
+    node *head = atomic_load_explicit(bucket, memory_order_acquire);
+    node *hit = find(head, NULL, h, frames, n);
+    if (hit)
+        return hit->id;
+
+    node *nd = arena_alloc(sizeof *nd + n * sizeof *frames);
+    uint32_t id = nd ? atomic_fetch_add(&next_id, 1) : 0;
+    if (!nd || id == 0) {
+        atomic_fetch_add(&drops, 1);
+        return 0;
+    }
+    /* filled before anyone can reach it, through the id table or a bucket */
+    nd->hash = h;
+    nd->n = n;
+    nd->id = id;
+    memcpy(nd->frames, frames, n * sizeof *frames);
+    if (set_id(id, nd) != 0) {
+        atomic_fetch_add(&drops, 1);
+        return 0;
+    }
+    for (;;) {
+        nd->next = head;
+        node *seen = head;
+        if (atomic_compare_exchange_weak_explicit(bucket, &head, nd, memory_order_release,
+                                                  memory_order_acquire)) {
+            atomic_fetch_add(&stored, 1);
+            return id;
+        }
+        /* head moved: did the newcomers bring this very trace? */
+        hit = find(head, seen, h, frames, n);
+        if (hit)
+            return hit->id;              /* (our id still resolves to an equal trace) */
+    }
+}
+
+unsigned crawl_depot_get(uint32_t id, const uintptr_t **frames)
+{
+    if (id == 0)
+        return 0;
+    _Atomic(node *) *page = atomic_load(&id_pages[id >> PAGE_BITS]);
+    node *nd = page ? atomic_load_explicit(&page[id & (PAGE_IDS - 1)], memory_order_acquire)
+                    : NULL;
+    if (!nd)
+        return 0;
+    if (frames)
+        *frames = nd->frames;
+    return nd->n;
+}
+
+void crawl_depot_get_stats(crawl_depot_stats *out)
+{
+    out->ids = atomic_load(&stored);
+    out->bytes = atomic_load(&bytes_used);
+    out->drops = atomic_load(&drops);
+    out->budget = budget;
+}
+
+void san_depot_set_budget(size_t bytes)
+{
+    budget = bytes;
+}

@@ -1,0 +1,491 @@
+/* The checked heap: redzones, a FIFO quarantine, depot stacks per chunk,
+ * and shadow memory in AddressSanitizer's encoding.
+ *
+ * Chunks come from one reserved region (MAP_NORESERVE: pages are touched
+ * as used), carved by size class and recycled through per-class free lists
+ * once they leave the quarantine. Layout of a chunk:
+ *   [left redzone, its last 32 bytes the header][user bytes][right redzone]
+ * The shadow holds one byte per 8 bytes of the region. */
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "sanitizer/internal.h"
+
+#define REGION_SIZE ((size_t)16 << 30)
+#define MAX_ALLOC ((size_t)1 << 32)
+#define GRANULE 8
+
+enum {
+    SH_LEFT = 0xfa,                      /* heap left redzone */
+    SH_RIGHT = 0xfb,                     /* heap right redzone */
+    SH_FREED = 0xfd,                     /* freed heap region */
+    SH_USER = 0xf7,                      /* poisoned by user */
+};
+
+enum { ST_LIVE = 0x4c697665u, ST_QUARANTINED = 0x51756172u, ST_FREE = 0x46726565u };
+
+typedef struct chunk {                   /* right before the user bytes */
+    uint32_t state;
+    uint32_t alloc_stack, free_stack;
+    uint32_t cls;
+    uint16_t alloc_tid, free_tid;
+    uint32_t left;                       /* bytes from chunk start to user */
+    size_t user_size;
+} chunk;
+_Static_assert(sizeof(chunk) == 32, "the header fills the last 32 bytes of the left redzone");
+
+#define HDR(user) ((chunk *)((char *)(user) - sizeof(chunk)))
+#define NEXT(user) (*(void **)(user))    /* free list / quarantine link, in dead user bytes */
+
+/* size classes: multiples of 16 up to 4 KiB, then powers of two */
+#define SMALL_CLASSES 256
+#define NCLASSES (SMALL_CLASSES + 40)
+
+static pthread_mutex_t heap_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_once_t heap_once = PTHREAD_ONCE_INIT;
+static char *region;
+static unsigned char *shadow;
+static size_t bump;
+static void *free_lists[NCLASSES];
+static void *quarantine_head, *quarantine_tail;
+static size_t quarantine_bytes;
+
+static void init_heap(void)
+{
+    region = mmap(NULL, REGION_SIZE, PROT_READ | PROT_WRITE,
+                  MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    shadow = mmap(NULL, REGION_SIZE / GRANULE, PROT_READ | PROT_WRITE,
+                  MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (region == MAP_FAILED || shadow == MAP_FAILED)
+        crawl__fatal("checked heap: cannot reserve %zu bytes of address space", REGION_SIZE);
+}
+
+static void heap_init(void)
+{
+    pthread_once(&heap_once, init_heap);
+}
+
+/* bump only grows (under heap_lock); readers outside the lock load it once */
+static size_t heap_end(void)
+{
+    return __atomic_load_n(&bump, __ATOMIC_ACQUIRE);
+}
+
+int crawl_heap_owns(const void *p)
+{
+    return region && (uintptr_t)p - (uintptr_t)region < heap_end();
+}
+
+static unsigned char *shadow_of(uintptr_t a)
+{
+    return shadow + (a - (uintptr_t)region) / GRANULE;
+}
+
+/* [a, a+n) with a and n multiples of 8 */
+static void poison(uintptr_t a, size_t n, unsigned char value)
+{
+    memset(shadow_of(a), value, n / GRANULE);
+}
+
+/* user bytes [a, a+size) addressable; a is 16-aligned */
+static void unpoison_user(uintptr_t a, size_t size)
+{
+    memset(shadow_of(a), 0, size / GRANULE);
+    if (size % GRANULE)
+        *shadow_of(a + size - size % GRANULE) = (unsigned char)(size % GRANULE);
+}
+
+static unsigned class_of(size_t total, size_t *class_size)
+{
+    if (total <= SMALL_CLASSES * 16) {
+        unsigned c = (unsigned)((total + 15) / 16) - 1;
+        *class_size = (size_t)(c + 1) * 16;
+        return c;
+    }
+    unsigned b = 64 - (unsigned)__builtin_clzl(total - 1);     /* next power of two */
+    *class_size = (size_t)1 << b;
+    return SMALL_CLASSES + b - 12;
+}
+
+static size_t round16(size_t n) { return (n + 15) & ~(size_t)15; }
+
+static void *allocate(size_t size, const crawl_regs *caller)
+{
+    heap_init();
+    const san_options *o = san_opts();
+    if (size > MAX_ALLOC) {
+        errno = ENOMEM;
+        return NULL;
+    }
+    uint32_t stack = san_capture_at(caller, o->malloc_context_size,
+                                    o->fast_unwind_on_malloc ? CRAWL_WALK_FAST : 0);
+    size_t left = round16(o->redzone > sizeof(chunk) ? o->redzone : sizeof(chunk));
+    size_t right = o->redzone;
+    size_t csize, total = left + round16(size) + right;
+    unsigned cls = class_of(total, &csize);
+
+    pthread_mutex_lock(&heap_lock);
+    char *base;
+    void *user_from_list = free_lists[cls];
+    if (user_from_list) {
+        free_lists[cls] = NEXT(user_from_list);
+        base = (char *)user_from_list - HDR(user_from_list)->left;
+    } else {
+        if (bump + csize > REGION_SIZE) {
+            pthread_mutex_unlock(&heap_lock);
+            errno = ENOMEM;
+            return NULL;
+        }
+        base = region + bump;
+        __atomic_store_n(&bump, bump + csize, __ATOMIC_RELEASE);
+    }
+    pthread_mutex_unlock(&heap_lock);
+
+    char *user = base + left;
+    poison((uintptr_t)base, left, SH_LEFT);
+    poison((uintptr_t)user, csize - left, SH_RIGHT);
+    unpoison_user((uintptr_t)user, size);
+    chunk *h = HDR(user);
+    *h = (chunk){.state = ST_LIVE, .alloc_stack = stack, .cls = cls,
+                 .alloc_tid = (uint16_t)san_thread_id(), .left = (uint32_t)left,
+                 .user_size = size};
+    return user;
+}
+
+static size_t chunk_size(const chunk *h)
+{
+    size_t c;
+    if (h->cls < SMALL_CLASSES)
+        return (size_t)(h->cls + 1) * 16;
+    class_of((size_t)1 << (h->cls - SMALL_CLASSES + 12), &c);
+    return c;
+}
+
+/* The chunk whose header is right before user, if it looks like one. */
+static chunk *valid_header(uintptr_t user)
+{
+    if (!crawl_heap_owns((void *)user) || (user & 15) || user - (uintptr_t)region < sizeof(chunk))
+        return NULL;
+    chunk *h = HDR(user);
+    if (h->state != ST_LIVE && h->state != ST_QUARANTINED && h->state != ST_FREE)
+        return NULL;
+    return h;
+}
+
+/* ---- locating an address for a report ------------------------------------------ */
+
+typedef struct where {
+    uintptr_t user;                     /* 0: no chunk found */
+    chunk *h;
+} where;
+
+/* Walk the shadow to the chunk an address belongs to or borders: in a left
+ * redzone, the chunk to the right; anywhere else, the chunk to the left. */
+static where locate(uintptr_t a)
+{
+    where w = {0, NULL};
+    uintptr_t lo = (uintptr_t)region, hi = (uintptr_t)region + heap_end();
+    uintptr_t g = a & ~(uintptr_t)(GRANULE - 1);
+    if (g < lo || g >= hi)
+        return w;
+    if (*shadow_of(g) == SH_LEFT) {
+        while (g < hi && *shadow_of(g) == SH_LEFT)
+            g += GRANULE;
+    } else {
+        while (g > lo && *shadow_of(g) == SH_RIGHT)
+            g -= GRANULE;
+        while (g > lo && *shadow_of(g - GRANULE) != SH_LEFT)
+            g -= GRANULE;
+    }
+    chunk *h = g < hi ? valid_header(g) : NULL;
+    if (h) {
+        w.user = g;
+        w.h = h;
+    }
+    return w;
+}
+
+static void describe_location(san_report *r, uintptr_t a, where w)
+{
+    if (!w.h) {
+        san_printf(r, "0x%lx is located in the checked heap, in no chunk it can identify\n",
+                   (unsigned long)a);
+        return;
+    }
+    size_t size = w.h->user_size;
+    uintptr_t end = w.user + size;
+    if (a < w.user)
+        san_printf(r, "0x%lx is located %lu bytes before %zu-byte region [0x%lx,0x%lx)\n",
+                   (unsigned long)a, (unsigned long)(w.user - a), size, (unsigned long)w.user,
+                   (unsigned long)end);
+    else if (a >= end)
+        san_printf(r, "0x%lx is located %lu bytes after %zu-byte region [0x%lx,0x%lx)\n",
+                   (unsigned long)a, (unsigned long)(a - end), size, (unsigned long)w.user,
+                   (unsigned long)end);
+    else
+        san_printf(r, "0x%lx is located %lu bytes inside of %zu-byte region [0x%lx,0x%lx)\n",
+                   (unsigned long)a, (unsigned long)(a - w.user), size, (unsigned long)w.user,
+                   (unsigned long)end);
+}
+
+static void chunk_stacks(san_report *r, const chunk *h)
+{
+    if (h->state != ST_LIVE) {
+        san_printf(r, "freed by thread T%u here:\n", h->free_tid);
+        san_print_depot_trace(r, h->free_stack);
+        san_printf(r, "\n");
+        san_printf(r, "previously allocated by thread T%u here:\n", h->alloc_tid);
+    } else {
+        san_printf(r, "allocated by thread T%u here:\n", h->alloc_tid);
+    }
+    san_print_depot_trace(r, h->alloc_stack);
+    san_printf(r, "\n");
+}
+
+/* "SUMMARY: AddressSanitizer: KIND file:line in function", from the first
+ * frame above the entry point. */
+static void summary(san_report *r, const char *kind, uintptr_t pc)
+{
+    char buf[1024];
+    crawl_symbol s;
+    if (crawl_symbolize(pc - 1, &s, buf, sizeof buf) == 0 && s.file)
+        san_printf(r, "SUMMARY: AddressSanitizer: %s %s:%d in %s\n", kind, s.file, s.line,
+                   s.function ? s.function : "?");
+    else if (crawl_symbolize(pc - 1, &s, buf, sizeof buf) == 0 && s.module)
+        san_printf(r, "SUMMARY: AddressSanitizer: %s (%s+0x%lx) in %s\n", kind, s.module,
+                   (unsigned long)s.module_offset + 1, s.function ? s.function : "?");
+    else
+        san_printf(r, "SUMMARY: AddressSanitizer: %s (0x%lx)\n", kind, (unsigned long)pc);
+}
+
+static void shadow_dump(san_report *r, uintptr_t a)
+{
+    unsigned char *bad = shadow_of(a);
+    unsigned char *row = (unsigned char *)((uintptr_t)bad & ~(uintptr_t)15);
+    unsigned char *lo = shadow, *hi = shadow_of((uintptr_t)region + heap_end());
+    san_printf(r, "Shadow bytes around the buggy address:\n");
+    for (int k = -5; k <= 4; k++) {
+        unsigned char *line = row + k * 16;
+        if (line < lo || line >= hi)
+            continue;
+        san_printf(r, "%s0x%012lx:", k == 0 ? "=>" : "  ", (unsigned long)(uintptr_t)line);
+        for (int i = 0; i < 16; i++) {
+            unsigned char *b = line + i;
+            char sep = b == bad ? '[' : b == bad + 1 ? ']' : ' ';
+            if (b < hi)
+                san_printf(r, "%c%02x", sep, *b);
+        }
+        san_printf(r, "%s\n", line + 15 == bad ? "]" : "");
+    }
+    san_printf(r, "Shadow byte legend (one shadow byte represents 8 application bytes):\n"
+                  "  Addressable:           00\n"
+                  "  Partially addressable: 01 02 03 04 05 06 07 \n"
+                  "  Heap left redzone:       fa\n"
+                  "  Heap right redzone:      fb\n"
+                  "  Freed heap region:       fd\n"
+                  "  Poisoned by user:        f7\n");
+}
+
+/* ---- reports ----------------------------------------------------------------------- */
+
+__attribute__((noinline)) static void report_access(const crawl_regs *entry, uintptr_t bad,
+                                                    size_t size, int is_write)
+{
+    unsigned char s = *shadow_of(bad);
+    const char *kind = s == SH_FREED ? "heap-use-after-free"
+                       : s == SH_USER ? "use-after-poison"
+                                      : "heap-buffer-overflow";
+    where w = locate(bad);
+    crawl_regs user;                     /* the frame that made the access */
+    san_first_frame(entry, &user);
+    san_report *r = san_report_begin();
+    san_printf(r, "==%d==ERROR: AddressSanitizer: %s on address 0x%lx at pc 0x%lx bp 0x%lx sp 0x%lx\n",
+               (int)getpid(), kind, (unsigned long)bad, (unsigned long)user.ip,
+               (unsigned long)user.fp, (unsigned long)user.sp);
+    san_printf(r, "%s of size %zu at 0x%lx thread T%u\n", is_write ? "WRITE" : "READ", size,
+               (unsigned long)bad, san_thread_id());
+    san_print_stack_at(r, entry);
+    san_printf(r, "\n");
+    describe_location(r, bad, w);
+    if (w.h)
+        chunk_stacks(r, w.h);
+    summary(r, kind, user.ip);
+    shadow_dump(r, bad);
+    san_report_end(r);
+}
+
+__attribute__((noinline)) static void report_bad_free(const crawl_regs *entry, uintptr_t p,
+                                                      chunk *freed)
+{
+    crawl_regs user;
+    san_first_frame(entry, &user);
+    san_report *r = san_report_begin();
+    if (freed) {
+        san_printf(r, "==%d==ERROR: AddressSanitizer: attempting double-free on 0x%lx in thread T%u:\n",
+                   (int)getpid(), (unsigned long)p, san_thread_id());
+        san_print_stack_at(r, entry);
+        san_printf(r, "\n");
+        describe_location(r, p, (where){p, freed});
+        chunk_stacks(r, freed);
+        summary(r, "double-free", user.ip);
+    } else {
+        san_printf(r, "==%d==ERROR: AddressSanitizer: attempting free on address which was not malloc()-ed: 0x%lx in thread T%u\n",
+                   (int)getpid(), (unsigned long)p, san_thread_id());
+        san_print_stack_at(r, entry);
+        san_printf(r, "\n");
+        if (crawl_heap_owns((void *)p)) {
+            where w = locate(p);
+            describe_location(r, p, w);
+            if (w.h)
+                chunk_stacks(r, w.h);
+        }
+        summary(r, "bad-free", user.ip);
+    }
+    san_report_end(r);
+}
+
+/* ---- the API -------------------------------------------------------------------------- */
+
+static void release(const crawl_regs *entry, void *p)
+{
+    uintptr_t u = (uintptr_t)p;
+    chunk *h = valid_header(u);
+    if (!h) {
+        report_bad_free(entry, u, NULL);
+        return;
+    }
+    const san_options *o = san_opts();
+    uint32_t stack = san_capture_at(entry, o->malloc_context_size,
+                                    o->fast_unwind_on_malloc ? CRAWL_WALK_FAST : 0);
+    pthread_mutex_lock(&heap_lock);
+    if (h->state != ST_LIVE) {
+        pthread_mutex_unlock(&heap_lock);
+        report_bad_free(entry, u, h);
+        return;
+    }
+    h->state = ST_QUARANTINED;
+    h->free_stack = stack;
+    h->free_tid = (uint16_t)san_thread_id();
+    size_t csize = chunk_size(h);
+    poison(u, (h->user_size + GRANULE - 1) / GRANULE * GRANULE, SH_FREED);   /* redzone stays */
+    NEXT(p) = NULL;                      /* at the tail of the quarantine */
+    if (quarantine_tail)
+        NEXT(quarantine_tail) = p;
+    else
+        quarantine_head = p;
+    quarantine_tail = p;
+    quarantine_bytes += csize;
+    while (quarantine_head && quarantine_bytes > o->quarantine_bytes) {
+        void *old = quarantine_head;
+        chunk *oh = HDR(old);
+        quarantine_head = NEXT(old);
+        if (!quarantine_head)
+            quarantine_tail = NULL;
+        quarantine_bytes -= chunk_size(oh);
+        oh->state = ST_FREE;
+        NEXT(old) = free_lists[oh->cls];
+        free_lists[oh->cls] = old;
+    }
+    pthread_mutex_unlock(&heap_lock);
+}
+
+void *crawl_heap_malloc(size_t size)
+{
+    crawl_regs entry;
+    crawl_capture_regs(&entry);
+    return allocate(size, &entry);
+}
+
+void *crawl_heap_calloc(size_t n, size_t size)
+{
+    crawl_regs entry;
+    crawl_capture_regs(&entry);
+    size_t total;
+    if (__builtin_mul_overflow(n, size, &total)) {
+        errno = ENOMEM;
+        return NULL;
+    }
+    void *p = allocate(total, &entry);
+    if (p)
+        memset(p, 0, total);
+    return p;
+}
+
+void crawl_heap_free(void *p)
+{
+    crawl_regs entry;
+    crawl_capture_regs(&entry);
+    if (p)
+        release(&entry, p);
+}
+
+void *crawl_heap_realloc(void *p, size_t size)
+{
+    crawl_regs entry;
+    crawl_capture_regs(&entry);
+    if (!p)
+        return allocate(size, &entry);
+    chunk *h = valid_header((uintptr_t)p);
+    if (!h || h->state != ST_LIVE) {
+        release(&entry, p);              /* reports the bad or double free */
+        return NULL;
+    }
+    void *q = allocate(size, &entry);
+    if (!q)
+        return NULL;                     /* p stays valid, as realloc promises */
+    memcpy(q, p, h->user_size < size ? h->user_size : size);
+    release(&entry, p);
+    return q;
+}
+
+int crawl_heap_check(const void *addr, size_t size, int is_write)
+{
+    uintptr_t a = (uintptr_t)addr;
+    if (size == 0 || !crawl_heap_owns(addr))
+        return 0;
+    uintptr_t end = a + size, limit = (uintptr_t)region + heap_end();
+    if (end > limit || end < a)
+        end = limit;
+    for (uintptr_t g = a & ~(uintptr_t)(GRANULE - 1); g < end; g += GRANULE) {
+        unsigned char s = *shadow_of(g);
+        if (s == 0)
+            continue;
+        uintptr_t first = a > g ? a : g;              /* bytes of the access in this granule */
+        uintptr_t last = (end < g + GRANULE ? end : g + GRANULE) - 1;
+        if (s < GRANULE && last - g < s)
+            continue;                                  /* within the addressable prefix */
+        uintptr_t bad = s < GRANULE && first - g < s ? g + s : first;
+        crawl_regs entry;
+        crawl_capture_regs(&entry);
+        report_access(&entry, bad, size, is_write);
+        __asm__ volatile("" ::: "memory");
+        return 1;
+    }
+    return 0;
+}
+
+static int poison_range(const void *addr, size_t size, int on)
+{
+    uintptr_t a = (uintptr_t)addr;
+    where w = locate(a);
+    if (!w.h || w.h->state != ST_LIVE || a < w.user || a + size > w.user + w.h->user_size ||
+        (a - w.user) % GRANULE)
+        return -EINVAL;
+    /* whole granules; a partial last granule keeps the chunk's own encoding */
+    size_t whole = size / GRANULE * GRANULE;
+    if (on)
+        poison(a, whole, SH_USER);
+    else
+        memset(shadow_of(a), 0, whole / GRANULE);
+    if (!on && a + size == w.user + w.h->user_size)
+        unpoison_user(w.user, w.h->user_size);         /* restore the tail granule */
+    return 0;
+}
+
+int crawl_heap_poison(const void *addr, size_t size) { return poison_range(addr, size, 1); }
+int crawl_heap_unpoison(const void *addr, size_t size) { return poison_range(addr, size, 0); }

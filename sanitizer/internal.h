@@ -1,0 +1,46 @@
+/* Private to the sanitizer layer. */
+#ifndef CRAWL_SANITIZER_INTERNAL_H
+#define CRAWL_SANITIZER_INTERNAL_H
+
+#include <crawl/sanitizer.h>
+
+#include "stackwalk/internal.h"
+
+/* options.c */
+typedef struct san_options {
+    int halt_on_error;
+    char log_path[512];
+    unsigned malloc_context_size;
+    size_t quarantine_bytes;
+    unsigned redzone;
+    int fast_unwind_on_malloc;
+    size_t depot_budget;
+} san_options;
+
+const san_options *san_opts(void);     /* initialized on first use */
+
+/* depot.c */
+void san_depot_set_budget(size_t bytes);
+
+/* capture.c: the mixed stack above the frame whose registers are `from`
+ * (a public entry point captures its own: inlining below it cannot shift
+ * the first frame), into the depot. */
+uint32_t san_capture_at(const crawl_regs *from, unsigned max, unsigned flags);
+/* One line per word of a stored trace, in the ASan frame shape, into buf. */
+size_t san_format_trace(const uintptr_t *frames, unsigned n, char *buf, size_t len);
+
+/* report.c */
+typedef struct san_report san_report;   /* a report being built (fixed buffer) */
+san_report *san_report_begin(void);    /* takes the report lock */
+void san_printf(san_report *r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+void san_print_depot_trace(san_report *r, uint32_t id);
+/* The registers of the first native frame above `from` (the user's pc, bp,
+ * sp for a report's first line). */
+void san_first_frame(const crawl_regs *from, crawl_regs *out);
+/* The calling thread's stack above the frame whose registers are `from`. */
+void san_print_stack_at(san_report *r, const crawl_regs *from);
+/* Emit (write, callback), release the lock; abort with halt_on_error. */
+void san_report_end(san_report *r);
+unsigned san_thread_id(void);
+
+#endif

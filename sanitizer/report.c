@@ -1,0 +1,142 @@
+/* Reports: assembled in a fixed buffer (no malloc in this code; libdw
+ * allocates inside symbolization), written with write(2) to stderr or to
+ * log_path.PID, handed to the report callback, then abort with
+ * halt_on_error=1. */
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "sanitizer/internal.h"
+
+struct san_report {
+    char text[1 << 16];
+    size_t used;
+};
+
+static pthread_mutex_t report_lock = PTHREAD_MUTEX_INITIALIZER;
+static san_report the_report;
+static void (*callback)(const char *, void *);
+static void *callback_ctx;
+static unsigned long reports;
+
+void crawl_set_report_callback(void (*fn)(const char *report, void *ctx), void *ctx)
+{
+    pthread_mutex_lock(&report_lock);
+    callback = fn;
+    callback_ctx = ctx;
+    pthread_mutex_unlock(&report_lock);
+}
+
+unsigned long crawl_sanitizer_report_count(void)
+{
+    return __atomic_load_n(&reports, __ATOMIC_RELAXED);
+}
+
+unsigned san_thread_id(void)
+{
+    crawl__thread *th = crawl__self();
+    if (!th->attached)
+        crawl_thread_attach();
+    return th->seq;
+}
+
+san_report *san_report_begin(void)
+{
+    pthread_mutex_lock(&report_lock);
+    the_report.used = 0;
+    san_printf(&the_report, "=================================================================\n");
+    return &the_report;
+}
+
+void san_printf(san_report *r, const char *fmt, ...)
+{
+    if (r->used >= sizeof r->text - 1)
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(r->text + r->used, sizeof r->text - r->used, fmt, ap);
+    va_end(ap);
+    if (n > 0)
+        r->used += (size_t)n < sizeof r->text - r->used ? (size_t)n : sizeof r->text - r->used - 1;
+}
+
+void san_print_depot_trace(san_report *r, uint32_t id)
+{
+    const uintptr_t *w;
+    unsigned n = crawl_depot_get(id, &w);
+    if (!n) {
+        san_printf(r, "    <stack not recorded (depot budget spent)>\n");
+        return;
+    }
+    r->used += san_format_trace(w, n, r->text + r->used, sizeof r->text - r->used);
+}
+
+static crawl_action print_frame(const crawl_cf *cf, void *ctx)
+{
+    san_report *r = ctx;
+    char line[800];
+    crawl_cf_format(cf, line, sizeof line);
+    san_printf(r, "%s\n", line);
+    return CRAWL_CONTINUE;
+}
+
+static crawl_action first_native(const crawl_cf *cf, void *ctx)
+{
+    if (crawl_cf_kind(cf) != CRAWL_CF_NATIVE && crawl_cf_kind(cf) != CRAWL_CF_JIT)
+        return CRAWL_CONTINUE;
+    *(crawl_regs *)ctx = *crawl_cf_regs(cf);
+    return CRAWL_ABORT;
+}
+
+void san_first_frame(const crawl_regs *from, crawl_regs *out)
+{
+    memset(out, 0, sizeof *out);
+    sw_walk(from, 0, 1, first_native, out, CRAWL_WALK_SKIP_FRAMES);
+}
+
+void san_print_stack_at(san_report *r, const crawl_regs *from)
+{
+    sw_walk(from, 0, 1, print_frame, r, CRAWL_WALK_FUNCTIONS_ONLY);
+}
+
+static void write_all(int fd, const char *s, size_t n)
+{
+    while (n) {
+        ssize_t w = write(fd, s, n);
+        if (w <= 0)
+            return;
+        s += w;
+        n -= (size_t)w;
+    }
+}
+
+void san_report_end(san_report *r)
+{
+    const san_options *o = san_opts();
+    if (o->halt_on_error)
+        san_printf(r, "==%d==ABORTING\n", (int)getpid());
+    int fd = STDERR_FILENO, opened = 0;
+    if (strcmp(o->log_path, "stdout") == 0)
+        fd = STDOUT_FILENO;
+    else if (o->log_path[0] && strcmp(o->log_path, "stderr") != 0) {
+        char path[600];
+        snprintf(path, sizeof path, "%s.%d", o->log_path, (int)getpid());
+        int lf = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+        if (lf >= 0)
+            fd = lf, opened = 1;
+    }
+    write_all(fd, r->text, r->used);
+    if (opened)
+        close(fd);
+    __atomic_add_fetch(&reports, 1, __ATOMIC_RELAXED);
+    if (callback)
+        callback(r->text, callback_ctx);
+    int halt = o->halt_on_error;
+    pthread_mutex_unlock(&report_lock);
+    if (halt)
+        abort();
+}

@@ -1,0 +1,212 @@
+/* The stack depot: dedupe, id stability under threads, mixed capture, budget. */
+#define _GNU_SOURCE
+#include "../support.h"
+
+#include <pthread.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+static void test_put_get(void **state)
+{
+    (void)state;
+    uintptr_t a[3] = {0x401000, 0x402000, 0x403000}, b[3] = {0x401000, 0x402000, 0x403001};
+    uint32_t ia = crawl_depot_put(a, 3), ib = crawl_depot_put(b, 3);
+    assert_true(ia != 0 && ib != 0 && ia != ib);
+    assert_int_equal(crawl_depot_put(a, 3), ia);                /* dedupe */
+    assert_int_equal(crawl_depot_put(a, 2), crawl_depot_put(a, 2));
+    assert_true(crawl_depot_put(a, 2) != ia);                   /* a prefix is another trace */
+    const uintptr_t *got;
+    assert_int_equal(crawl_depot_get(ia, &got), 3);
+    assert_memory_equal(got, a, sizeof a);
+    assert_int_equal(crawl_depot_get(0, &got), 0);
+    assert_int_equal(crawl_depot_get(0x7fffffff, &got), 0);
+    assert_int_equal(crawl_depot_put(NULL, 3), 0);
+    assert_int_equal(crawl_depot_put(a, 0), 0);
+    uintptr_t big[CRAWL_DEPOT_MAX_FRAMES + 1] = {0};
+    assert_int_equal(crawl_depot_put(big, CRAWL_DEPOT_MAX_FRAMES + 1), 0);
+    assert_true(crawl_depot_put(big, CRAWL_DEPOT_MAX_FRAMES) != 0);
+}
+
+/* 4 threads put the same 2000 traces in different orders: every trace gets
+ * one id, the same in every thread, and get returns that trace. */
+#define TRACES 2000
+static uint32_t ids[4][TRACES];
+
+static void make_trace(unsigned i, uintptr_t out[8])
+{
+    for (unsigned k = 0; k < 8; k++)
+        out[k] = 0x400000 + i * 64 + k * (i % 7 + 1);
+}
+
+static void *put_all(void *arg)
+{
+    unsigned t = (unsigned)(uintptr_t)arg;
+    static const unsigned stride[4] = {1, 3, 7, 9};          /* coprime to TRACES */
+    for (unsigned j = 0; j < TRACES; j++) {
+        unsigned i = (j * stride[t] + t * 517) % TRACES;     /* a different order per thread */
+        uintptr_t tr[8];
+        make_trace(i, tr);
+        ids[t][i] = crawl_depot_put(tr, 8);
+    }
+    return NULL;
+}
+
+static void test_ids_stable_under_threads(void **state)
+{
+    (void)state;
+    pthread_t th[4];
+    for (uintptr_t t = 0; t < 4; t++)
+        assert_int_equal(pthread_create(&th[t], NULL, put_all, (void *)t), 0);
+    for (int t = 0; t < 4; t++)
+        pthread_join(th[t], NULL);
+    for (unsigned i = 0; i < TRACES; i++) {
+        assert_true(ids[0][i] != 0);
+        for (int t = 1; t < 4; t++)
+            assert_int_equal(ids[t][i], ids[0][i]);
+        for (unsigned j = 0; j < i; j++)
+            if (ids[0][j] == ids[0][i])
+                fail_msg("traces %u and %u share id %u", i, j, ids[0][i]);
+        uintptr_t tr[8];
+        make_trace(i, tr);
+        const uintptr_t *got;
+        assert_int_equal(crawl_depot_get(ids[0][i], &got), 8);
+        assert_memory_equal(got, tr, sizeof tr);
+        assert_int_equal(crawl_depot_put(tr, 8), ids[0][i]);   /* still the same later */
+    }
+}
+
+/* ---- capture of a mixed stack --------------------------------------------------- */
+
+typedef struct script_frame {
+    crawl_frame frame;
+    const char *function;
+    int line;
+} script_frame;
+
+static const void *script_method(const crawl_frame *f)
+{
+    return ((const script_frame *)f)->function;
+}
+
+static int script_describe(const crawl_frame *f, char *buf, size_t len)
+{
+    const script_frame *s = (const script_frame *)f;
+    return snprintf(buf, len, "%s app.script:%d", s->function, s->line);
+}
+
+static int script_describe_method(const void *method, uintptr_t pc, char *buf, size_t len)
+{
+    (void)pc;
+    return snprintf(buf, len, "%s app.script", (const char *)method);
+}
+
+static const crawl_frame_type script_type = {
+    .name = "script",
+    .flags = CRAWL_FRAME_FUNCTION,
+    .method = script_method,
+    .describe = script_describe,
+    .describe_method = script_describe_method,
+};
+
+static uint32_t captured;
+
+NOINLINE static void capture_here(unsigned flags)
+{
+    captured = crawl_depot_capture(64, flags);
+    __asm__ volatile("" ::: "memory");
+}
+
+NOINLINE static void scripted(unsigned flags)
+{
+    script_frame sf = {.function = "handler", .line = 9};
+    crawl_frame_push(&sf.frame, &script_type);
+    crawl_transition t;                  /* not a function: not captured */
+    crawl_transition_push(&t, NULL);
+    capture_here(flags);
+    crawl_frame_pop(&t.frame);
+    crawl_frame_pop(&sf.frame);
+}
+
+static void test_capture_mixed_stack(void **state)
+{
+    (void)state;
+    static const unsigned modes[2] = {CRAWL_WALK_FAST, 0};
+    for (int m = 0; m < 2; m++) {
+        uint32_t twice[2];
+        for (volatile int k = 0; k < 2; k++) { /* one call site (no unrolling) */
+            scripted(modes[m]);
+            twice[k] = captured;
+        }
+        assert_int_equal(twice[0], twice[1]);
+        const uintptr_t *w;
+        unsigned n = crawl_depot_get(captured, &w);
+        assert_true(n >= 5);
+        /* [0] a pc in capture_here, [1..3] the script activation, [4] scripted */
+        char buf[512];
+        crawl_symbol s;
+        assert_int_equal(crawl_symbolize(w[0] - 1, &s, buf, sizeof buf), 0);
+        assert_string_equal(s.function, "capture_here");
+        assert_int_equal(w[1], CRAWL_DEPOT_VM | (uintptr_t)&script_type);
+        assert_string_equal((const char *)w[2], "handler");
+        assert_int_equal(crawl_symbolize(w[4] - 1, &s, buf, sizeof buf), 0);
+        assert_string_equal(s.function, "scripted");
+    }
+    /* printed in the ASan shape, the activation through describe_method */
+    int p[2];
+    assert_int_equal(pipe(p), 0);
+    crawl_depot_print(captured, p[1]);
+    close(p[1]);
+    char out[4096];
+    ssize_t k = read(p[0], out, sizeof out - 1);
+    out[k > 0 ? k : 0] = '\0';
+    close(p[0]);
+    assert_non_null(strstr(out, "    #0 0x"));
+    assert_non_null(strstr(out, " in capture_here "));
+    assert_non_null(strstr(out, "    #1 in handler app.script\n    #2 0x"));
+}
+
+/* ---- the byte budget (last: it leaves the depot full) --------------------------------- */
+
+static void test_budget(void **state)
+{
+    (void)state;
+    uintptr_t kept[2] = {0x1234, 0x5678};
+    uint32_t kept_id = crawl_depot_put(kept, 2);
+    assert_int_equal(crawl_sanitizer_set_options("depot_budget_mb=1"), 0);
+    crawl_depot_stats before, after;
+    crawl_depot_get_stats(&before);
+    unsigned stored = 0, refused = 0;
+    for (unsigned i = 0; i < 20000; i++) {
+        uintptr_t tr[32];
+        for (int k = 0; k < 32; k++)
+            tr[k] = 0x900000 + i * 32 + (unsigned)k;
+        if (crawl_depot_put(tr, 32))
+            stored++;
+        else
+            refused++;
+    }
+    crawl_depot_get_stats(&after);
+    print_message("budget 1 MiB: %u stored, %u refused, %lu bytes used\n", stored, refused,
+                  after.bytes);
+    assert_true(refused > 0 && stored > 0);
+    assert_true(after.bytes <= (1u << 20));
+    assert_int_equal(after.drops - before.drops, refused);
+    assert_int_equal(after.budget, 1u << 20);
+    /* what was stored stays, and hits need no memory */
+    assert_int_equal(crawl_depot_put(kept, 2), kept_id);
+    const uintptr_t *w;
+    assert_int_equal(crawl_depot_get(kept_id, &w), 2);
+}
+
+int main(void)
+{
+    crawl_thread_attach();
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_put_get),
+        cmocka_unit_test(test_ids_stable_under_threads),
+        cmocka_unit_test(test_capture_mixed_stack),
+        cmocka_unit_test(test_budget),
+    };
+    return cmocka_run_group_tests_name("depot", tests, NULL, NULL);
+}

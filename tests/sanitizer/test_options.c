@@ -1,0 +1,128 @@
+/* Sanitizer options: defaults from crawl_default_options(), then
+ * CRAWL_OPTIONS (set by ctest for this program), then the API; bad strings
+ * warn once and change nothing. */
+#define _GNU_SOURCE
+#include "../support.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+/* The program's own defaults (the weak hook). */
+const char *crawl_default_options(void)
+{
+    return "redzone=64:quarantine_size_mb=8:malloc_context_size=12";
+}
+
+static char opts[512];
+static const char *current(void)
+{
+    crawl_sanitizer_get_options(opts, sizeof opts);
+    return opts;
+}
+
+/* Run set_options with stderr captured. */
+static int set_quietly(const char *s, char *err, size_t len)
+{
+    FILE *tmp = tmpfile();
+    int saved = dup(STDERR_FILENO);
+    dup2(fileno(tmp), STDERR_FILENO);
+    int rc = crawl_sanitizer_set_options(s);
+    dup2(saved, STDERR_FILENO);
+    close(saved);
+    rewind(tmp);
+    size_t n = fread(err, 1, len - 1, tmp);
+    err[n] = '\0';
+    fclose(tmp);
+    return rc;
+}
+
+static void test_sources_in_order(void **state)
+{
+    (void)state;
+    /* CRAWL_OPTIONS=malloc_context_size=5:halt_on_error=0 overrides the program's 12 */
+    assert_string_equal(current(), "halt_on_error=0:log_path=stderr:malloc_context_size=5:"
+                                   "quarantine_size_mb=8:redzone=64:fast_unwind_on_malloc=1:"
+                                   "depot_budget_mb=256");
+    assert_int_equal(crawl_sanitizer_set_options("redzone=128::fast_unwind_on_malloc=0:"), 0);
+    assert_non_null(strstr(current(), "redzone=128:fast_unwind_on_malloc=0"));
+}
+
+static void test_bad_strings(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *s, *warning;
+    } cases[] = {
+        {"bogus=1", "crawl: unknown option 'bogus' in sanitizer options; none applied\n"},
+        {"redzone=17", "crawl: bad value in 'redzone=17' in sanitizer options; none applied\n"},
+        {"redzone=4096", "crawl: bad value in 'redzone=4096' in sanitizer options; none applied\n"},
+        {"halt_on_error=yes", "crawl: bad value in 'halt_on_error=yes' in sanitizer options; none applied\n"},
+        {"halt_on_error", "crawl: malformed item (expected key=value) 'halt_on_error' in sanitizer options; none applied\n"},
+        {"=3", "crawl: malformed item (expected key=value) '=3' in sanitizer options; none applied\n"},
+        {"malloc_context_size=0", "crawl: bad value in 'malloc_context_size=0' in sanitizer options; none applied\n"},
+        {"depot_budget_mb=12x", "crawl: bad value in 'depot_budget_mb=12x' in sanitizer options; none applied\n"},
+        /* a good item before a bad one is not applied either */
+        {"redzone=32:nope=1", "crawl: unknown option 'nope' in sanitizer options; none applied\n"},
+    };
+    char before[512], err[512];
+    snprintf(before, sizeof before, "%s", current());
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        assert_int_equal(set_quietly(cases[i].s, err, sizeof err), -EINVAL);
+        assert_string_equal(err, cases[i].warning);
+        assert_string_equal(current(), before);                 /* nothing changed */
+    }
+    assert_int_equal(crawl_sanitizer_set_options(NULL), -EINVAL);
+}
+
+static void test_help(void **state)
+{
+    (void)state;
+    char err[2048];
+    assert_int_equal(set_quietly("help=1", err, sizeof err), 0);
+    assert_non_null(strstr(err, "crawl sanitizer options (key=value, separated by ':'):"));
+    assert_non_null(strstr(err, "  halt_on_error=1 "));
+    assert_non_null(strstr(err, "  depot_budget_mb=256 "));
+}
+
+/* malloc_context_size bounds the stacks kept per chunk. */
+static char report[1 << 16];
+static void keep(const char *text, void *ctx)
+{
+    (void)ctx;
+    snprintf(report, sizeof report, "%s", text);
+}
+
+NOINLINE static void *deep(int n)
+{
+    void *p = n ? deep(n - 1) : crawl_heap_malloc(8);
+    __asm__ volatile("" ::: "memory");
+    return p;
+}
+
+static void test_context_size_applies(void **state)
+{
+    (void)state;
+    assert_int_equal(crawl_sanitizer_set_options("malloc_context_size=3:log_path=/dev/null"), 0);
+    crawl_set_report_callback(keep, NULL);
+    char *p = deep(10);
+    crawl_heap_check(p + 8, 1, 0);
+    const char *alloc = strstr(report, "allocated by thread T0 here:\n");
+    assert_non_null(alloc);
+    assert_non_null(strstr(alloc, "    #2 0x"));
+    assert_null(strstr(alloc, "    #3 "));                     /* three frames kept */
+    crawl_heap_free(p);
+}
+
+int main(void)
+{
+    crawl_thread_attach();
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_sources_in_order),
+        cmocka_unit_test(test_bad_strings),
+        cmocka_unit_test(test_help),
+        cmocka_unit_test(test_context_size_applies),
+    };
+    return cmocka_run_group_tests_name("sanitizer-options", tests, NULL, NULL);
+}
