@@ -27,7 +27,7 @@ enum {
     SH_USER = 0xf7,                      /* poisoned by user */
 };
 
-enum { ST_LIVE = 0x4c697665u, ST_QUARANTINED = 0x51756172u, ST_FREE = 0x46726565u };
+enum { ST_LIVE = 0x4c697665u, ST_QUARANTINED = 0x51756172u };
 
 typedef struct chunk {                   /* right before the user bytes */
     uint32_t state;
@@ -40,7 +40,6 @@ typedef struct chunk {                   /* right before the user bytes */
 _Static_assert(sizeof(chunk) == 32, "the header fills the last 32 bytes of the left redzone");
 
 #define HDR(user) ((chunk *)((char *)(user) - sizeof(chunk)))
-#define NEXT(user) (*(void **)(user))    /* free list / quarantine link, in dead user bytes */
 
 /* size classes: multiples of 16 up to 4 KiB, then powers of two */
 #define SMALL_CLASSES 256
@@ -51,9 +50,58 @@ static pthread_once_t heap_once = PTHREAD_ONCE_INIT;
 static char *region;
 static unsigned char *shadow;
 static size_t bump;
-static void *free_lists[NCLASSES];
-static void *quarantine_head, *quarantine_tail;
+
+/* Freed chunks are tracked in side arrays, never through the chunks: by the
+ * time a chunk leaves a 64 MiB quarantine its memory is long cold, and
+ * touching it cost a cache miss per free (bench/heap). A chunk in the
+ * quarantine or on a free list keeps its ST_QUARANTINED header: both are
+ * "freed" to a second free. */
+typedef struct quarantined {
+    void *base;                          /* the chunk's start: no need to read it back */
+    uint32_t csize, cls;
+} quarantined;
+
+typedef struct ptr_stack {
+    void **items;
+    size_t n, cap;
+} ptr_stack;
+
+static ptr_stack free_lists[NCLASSES];
+static quarantined *ring;               /* FIFO: [head, head+count) modulo cap */
+static size_t ring_cap, ring_head, ring_count;
 static size_t quarantine_bytes;
+
+static int stack_push(ptr_stack *st, void *p)
+{
+    if (st->n == st->cap) {
+        size_t cap = st->cap ? st->cap * 2 : 64;
+        void **items = realloc(st->items, cap * sizeof *items);
+        if (!items)
+            return -1;
+        st->items = items;
+        st->cap = cap;
+    }
+    st->items[st->n++] = p;
+    return 0;
+}
+
+static int ring_push(quarantined q)
+{
+    if (ring_count == ring_cap) {
+        size_t cap = ring_cap ? ring_cap * 2 : 1024;
+        quarantined *r = malloc(cap * sizeof *r);
+        if (!r)
+            return -1;
+        for (size_t i = 0; i < ring_count; i++)
+            r[i] = ring[(ring_head + i) % ring_cap];
+        free(ring);
+        ring = r;
+        ring_cap = cap;
+        ring_head = 0;
+    }
+    ring[(ring_head + ring_count++) % ring_cap] = q;
+    return 0;
+}
 
 static void init_heap(void)
 {
@@ -131,10 +179,8 @@ static void *allocate(size_t size, const crawl_regs *caller)
 
     pthread_mutex_lock(&heap_lock);
     char *base;
-    void *user_from_list = free_lists[cls];
-    if (user_from_list) {
-        free_lists[cls] = NEXT(user_from_list);
-        base = (char *)user_from_list - HDR(user_from_list)->left;
+    if (free_lists[cls].n) {
+        base = free_lists[cls].items[--free_lists[cls].n];
     } else {
         if (bump + csize > REGION_SIZE) {
             pthread_mutex_unlock(&heap_lock);
@@ -172,7 +218,7 @@ static chunk *valid_header(uintptr_t user)
     if (!crawl_heap_owns((void *)user) || (user & 15) || user - (uintptr_t)region < sizeof(chunk))
         return NULL;
     chunk *h = HDR(user);
-    if (h->state != ST_LIVE && h->state != ST_QUARANTINED && h->state != ST_FREE)
+    if (h->state != ST_LIVE && h->state != ST_QUARANTINED)
         return NULL;
     return h;
 }
@@ -373,23 +419,15 @@ static void release(const crawl_regs *entry, void *p)
     h->free_tid = (uint16_t)san_thread_id();
     size_t csize = chunk_size(h);
     poison(u, (h->user_size + GRANULE - 1) / GRANULE * GRANULE, SH_FREED);   /* redzone stays */
-    NEXT(p) = NULL;                      /* at the tail of the quarantine */
-    if (quarantine_tail)
-        NEXT(quarantine_tail) = p;
-    else
-        quarantine_head = p;
-    quarantine_tail = p;
-    quarantine_bytes += csize;
-    while (quarantine_head && quarantine_bytes > o->quarantine_bytes) {
-        void *old = quarantine_head;
-        chunk *oh = HDR(old);
-        quarantine_head = NEXT(old);
-        if (!quarantine_head)
-            quarantine_tail = NULL;
-        quarantine_bytes -= chunk_size(oh);
-        oh->state = ST_FREE;
-        NEXT(old) = free_lists[oh->cls];
-        free_lists[oh->cls] = old;
+    if (ring_push((quarantined){(char *)p - h->left, (uint32_t)csize, h->cls}) == 0)
+        quarantine_bytes += csize;
+    /* else: out of memory for bookkeeping; the chunk is simply never reused */
+    while (ring_count && quarantine_bytes > o->quarantine_bytes) {
+        quarantined old = ring[ring_head];
+        ring_head = (ring_head + 1) % ring_cap;
+        ring_count--;
+        quarantine_bytes -= old.csize;
+        stack_push(&free_lists[old.cls], old.base);   /* (leaked if that fails) */
     }
     pthread_mutex_unlock(&heap_lock);
 }

@@ -291,7 +291,8 @@ static int fast_run(walk *w, unsigned *skip_io)
 /* w->fn/ctx/flags (and pcs for crawl_backtrace) are set by the caller. */
 static crawl_walk_status run_walk(walk *wp, const crawl_regs *regs, unsigned exact, unsigned skip)
 {
-    unsigned flags = wp->flags;
+    walk *const w = wp;                 /* in place: no copy of the walk state */
+    unsigned flags = w->flags;
     crawl__thread *th = crawl__self();
     if (!th->attached) {
         if ((flags & CRAWL_WALK_SIGNAL_SAFE) || crawl_thread_attach() != 0)
@@ -302,71 +303,69 @@ static crawl_walk_status run_walk(walk *wp, const crawl_regs *regs, unsigned exa
         return CRAWL_WALK_FAILED;
 
     sw_dwarf dwarf;                     /* left uninitialized: libunwind fills it */
-    walk w = *wp;
-    w.frames_left = th->nframes;
+    w->frames_left = th->nframes;
     atomic_signal_fence(memory_order_acquire);
-    w.next = th->top;
+    w->next = th->top;
     const sw_range_table *held = sw_ranges_enter();
     const sw_range_table *ranges = held && held->n ? held : NULL;
-    sw_cursor_init(&w.cur, th, regs, exact, precise ? &dwarf : NULL, ranges);
+    sw_cursor_init(&w->cur, th, regs, exact, precise ? &dwarf : NULL, ranges);
     /* Frames newer than the first frame belong to crawl's caller's callees:
      * a signal handler that pushed Frames before walking the context it
      * interrupted. They are not part of this stack. */
-    while (w.next && frame_valid(&w, w.next) && frame_before(&w, w.next, regs->sp))
-        take_frame(&w);
+    while (w->next && frame_valid(w, w->next) && frame_before(w, w->next, regs->sp))
+        take_frame(w);
 
     if ((flags & CRAWL_WALK_SKIP_NATIVE) && !ranges) {
         /* Nothing native to report: the chain alone is in order. */
-        report_all_frames(&w);
+        report_all_frames(w);
     } else {
         int live = 1;
-        while (live && !w.aborted) {
+        while (live && !w->aborted) {
             crawl_regs r;
             unsigned r_exact;
             int st;
             if (!precise && !ranges) {
-                st = fast_run(&w, &skip);
-                if (w.aborted)
+                st = fast_run(w, &skip);
+                if (w->aborted)
                     break;
-                r = w.cur.regs;
-                r_exact = w.cur.exact;
+                r = w->cur.regs;
+                r_exact = w->cur.exact;
             } else {
-                r = w.cur.regs;
-                r_exact = w.cur.exact;
-                st = sw_step(&w.cur);
+                r = w->cur.regs;
+                r_exact = w->cur.exact;
+                st = sw_step(&w->cur);
                 if (st == SW_OK && skip) {
                     skip--;
                     continue;
                 }
-                if (st == SW_OK && w.next && frame_before(&w, w.next, w.cur.regs.sp) &&
-                    step_skips_transition(&w, r.sp, w.cur.regs.sp))
+                if (st == SW_OK && w->next && frame_before(w, w->next, w->cur.regs.sp) &&
+                    step_skips_transition(w, r.sp, w->cur.regs.sp))
                     st = SW_STOP;
                 if (st == SW_OK) {
-                    report_frames_below(&w, w.cur.regs.sp);
-                    if (!w.aborted)
-                        report_native(&w, &r, r_exact);
+                    report_frames_below(w, w->cur.regs.sp);
+                    if (!w->aborted)
+                        report_native(w, &r, r_exact);
                     continue;
                 }
             }
             /* Unwinding stopped at r. */
             if (st == SW_CORRUPT)
-                w.corrupt = 1;
+                w->corrupt = 1;
             /* Frames below r's sp surely belong to newer frames. */
-            report_frames_below(&w, r.sp);
-            if (!w.aborted && !skip)
-                report_native(&w, &r, r_exact);
+            report_frames_below(w, r.sp);
+            if (!w->aborted && !skip)
+                report_native(w, &r, r_exact);
             skip = 0;
-            if (!w.aborted && w.next)
-                live = resume_from_frame(&w, r.sp);
+            if (!w->aborted && w->next)
+                live = resume_from_frame(w, r.sp);
             else
                 live = 0;
         }
     }
     sw_ranges_exit(held);
-    wp->pcs_n = w.pcs_n;
-    if (w.aborted)
+    if (w->aborted)
         return CRAWL_WALK_ABORTED;
-    return w.corrupt ? CRAWL_WALK_FAILED : CRAWL_WALK_DONE;
+    return w->corrupt ? CRAWL_WALK_FAILED : CRAWL_WALK_DONE;
 }
 
 crawl_walk_status sw_walk(const crawl_regs *regs, unsigned exact, unsigned skip,
