@@ -128,8 +128,59 @@ static void test_no_allocation(void **state)
 #endif
 }
 
+#if HAVE_COUNTING_MALLOC
+/* The depot from a signal handler: capture and put allocate nothing and
+ * interleave with the interrupted thread's own puts. */
+static volatile uint32_t handler_ids[64];
+static volatile int handler_runs;
+
+static void on_sigusr2(int sig)
+{
+    (void)sig;
+    uintptr_t tr[4] = {0xabc000, 0xabc100, (uintptr_t)handler_runs, 0xabc300};
+    uint32_t a = crawl_depot_put(tr, 4);
+    uint32_t b = crawl_depot_capture(32, CRAWL_WALK_FAST | CRAWL_WALK_SIGNAL_SAFE);
+    handler_ids[handler_runs % 64] = a && b ? a : 0;
+    handler_runs++;
+}
+#endif
+
+static void test_depot_in_signal_handler(void **state)
+{
+    (void)state;
+    if (!HAVE_COUNTING_MALLOC)
+        skip();
+#if HAVE_COUNTING_MALLOC
+    struct sigaction sa = {.sa_handler = on_sigusr2}, old;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGUSR2, &sa, &old);
+    crawl_depot_capture(32, CRAWL_WALK_FAST);        /* warm-up: arenas and id pages */
+    allocations = 0;
+    counting = 1;
+    uint32_t mine[64];
+    for (int i = 0; i < 64; i++) {
+        uintptr_t tr[4] = {0xdef000, (uintptr_t)i, 0xdef200, 0xdef300};
+        mine[i] = crawl_depot_put(tr, 4);
+        raise(SIGUSR2);
+    }
+    counting = 0;
+    sigaction(SIGUSR2, &old, NULL);
+    assert_int_equal(allocations, 0);
+    assert_int_equal(handler_runs, 64);
+    for (int i = 0; i < 64; i++) {
+        assert_true(mine[i] != 0 && handler_ids[i] != 0);
+        const uintptr_t *w;
+        assert_int_equal(crawl_depot_get(handler_ids[i], &w), 4);
+        assert_int_equal(w[2], (uintptr_t)i);
+        assert_int_equal(crawl_depot_get(mine[i], &w), 4);
+        assert_int_equal(w[1], (uintptr_t)i);
+    }
+#endif
+}
+
 int main(void)
 {
-    const struct CMUnitTest tests[] = {cmocka_unit_test(test_no_allocation)};
+    const struct CMUnitTest tests[] = {cmocka_unit_test(test_no_allocation),
+                                       cmocka_unit_test(test_depot_in_signal_handler)};
     return cmocka_run_group_tests_name("signal-safety", tests, NULL, NULL);
 }
