@@ -101,6 +101,10 @@ __attribute__((noinline, cold)) static void link_frame(crawl__thread *th, crawl_
     if (f == th->top)
         crawl__fatal("crawl_frame_push of '%s' Frame %p: it is already the top Frame",
                      crawl__type_name(type), (void *)f);
+    /* A Frame on the signal stack: remember that stack, so that other
+     * threads (a collector enumerating roots) can tell the Frame is valid. */
+    if ((uintptr_t)f - th->stack_lo >= th->stack_hi - th->stack_lo)
+        crawl__current_altstack(&th->alt_lo, &th->alt_hi);
     if (type != th->types[0] && type != th->types[1] && type != th->types[2] &&
         type != th->types[3]) {
         crawl__type_note(type);

@@ -12,6 +12,7 @@ typedef struct crawl__thread {
     unsigned nframes;                   /* Frames on the chain: bounds walks over a corrupt chain */
     int attached;
     uintptr_t stack_lo, stack_hi;       /* [lo, hi) from pthread_getattr_np */
+    uintptr_t alt_lo, alt_hi;           /* the signal stack a Frame was last pushed on */
     const crawl_frame_type *types[4];   /* recently pushed types: skips the type table */
     unsigned type_victim;
     pid_t tid;

@@ -12,6 +12,8 @@
 #include <crawl/gcroots.h>
 #include <gc/gc.h>
 #include <gc/gc_mark.h>
+#include <stdlib.h>
+#include <unistd.h>
 
 static GC_push_other_roots_proc previous;
 static int installed;
@@ -45,10 +47,20 @@ static void GC_CALLBACK push_crawl_roots(void)
     if (previous)
         previous();
     pending p = {0};
-    crawl_enum_roots_all_threads(push_root, &p, 0);
+    crawl_walk_status st = crawl_enum_roots_all_threads(push_root, &p, 0);
     if (p.lo)
         GC_push_all_eager(p.lo, p.hi);
     last_count = p.n;
+    /* A corrupt Frame chain hides the roots of every older Frame: collecting
+     * now would free live objects without a word. Stop instead. */
+    if (st == CRAWL_WALK_FAILED) {
+        static const char msg[] =
+            "crawl-boehm: fatal: a thread's Frame chain is corrupt; the roots its older Frames "
+            "hold cannot be reported, and collecting now would free live objects\n";
+        ssize_t w = write(STDERR_FILENO, msg, sizeof msg - 1);
+        (void)w;
+        abort();
+    }
 }
 
 void crawl_boehm_install(void)

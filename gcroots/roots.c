@@ -31,7 +31,8 @@ static int frame_ok(const crawl__thread *th, const crawl_frame *f, int self)
     if (a & (sizeof(void *) - 1))
         return 0;
     int on_stack = self ? crawl__on_stack(th, a, sizeof *f)
-                        : a >= th->stack_lo && a + sizeof *f <= th->stack_hi;
+                        : (a >= th->stack_lo && a + sizeof *f <= th->stack_hi) ||
+                              (a >= th->alt_lo && a + sizeof *f <= th->alt_hi);
     return on_stack && crawl__type_known(f->type);
 }
 

@@ -158,26 +158,42 @@ CMP_BUILTIN(b_numeq, "=", ==)
 
 BUILTIN(b_not) { UNUSED_ARGS; (void)vm; return TRUTHY(argv[0]) ? V_FALSE : V_TRUE; }
 
-static int equal(value a, value b)
+/* 1 equal, 0 not, -1 nested deeper than any acyclic data should be */
+#define MAX_EQUAL_DEPTH 10000
+static int equal(value a, value b, int depth)
 {
     if (a == b)
         return 1;
-    if (is_type(a, T_STRING) && is_type(b, T_STRING))
-        return strcmp(((vstring *)a)->s, ((vstring *)b)->s) == 0;
+    if (depth > MAX_EQUAL_DEPTH)
+        return -1;
+    if (is_type(a, T_STRING) && is_type(b, T_STRING)) {
+        vstring *x = (vstring *)a, *y = (vstring *)b;   /* strings may hold NUL bytes */
+        return x->len == y->len && memcmp(x->s, y->s, x->len) == 0;
+    }
     if (is_type(a, T_VECTOR) && is_type(b, T_VECTOR)) {
         vvector *x = (vvector *)a, *y = (vvector *)b;
         if (x->len != y->len)
             return 0;
-        for (uint32_t i = 0; i < x->len; i++)
-            if (!equal(x->items[i], y->items[i]))
-                return 0;
+        for (uint32_t i = 0; i < x->len; i++) {
+            int e = equal(x->items[i], y->items[i], depth + 1);
+            if (e != 1)
+                return e;
+        }
         return 1;
     }
     return 0;
 }
 
 BUILTIN(b_eq) { UNUSED_ARGS; (void)vm; return argv[0] == argv[1] ? V_TRUE : V_FALSE; }
-BUILTIN(b_equal) { UNUSED_ARGS; (void)vm; return equal(argv[0], argv[1]) ? V_TRUE : V_FALSE; }
+BUILTIN(b_equal)
+{
+    UNUSED_ARGS;
+    int e = equal(argv[0], argv[1], 0);
+    if (e < 0)
+        vm_error(vm, "equal?: vectors nested more than %d deep (do they contain themselves?)",
+                 MAX_EQUAL_DEPTH);
+    return e ? V_TRUE : V_FALSE;
+}
 
 #define TYPE_PRED(cname, test)                                                                   \
     BUILTIN(cname)                                                                               \
@@ -535,11 +551,26 @@ value call_ffi(vm_state *vm, ffi_obj *f, int argc, value *argv)
 }
 
 /* C called a callback: run its VM closure (in a new interpreter segment). */
+/* Native code that calls back into the VM, which calls native code again...
+ * recurses in C: stop with a script error while some stack is left. */
+#define CALLBACK_STACK_RESERVE (256 * 1024)
+
 static void callback_handler(const crawl_ffi_closure *c, crawl_ffi_value *ret,
                              const crawl_ffi_value *args, void *user)
 {
     callback_obj *cb = user;
-    vm_state *vm = cb->vm;
+    vm_state *vm = cb->handle->vm;
+    if (!vm) {
+        static const char msg[] = "crawlvm: a callback was called after its VM was freed; "
+                                  "returning 0\n";
+        ssize_t w = write(STDERR_FILENO, msg, sizeof msg - 1);
+        (void)w;
+        memset(ret, 0, sizeof *ret);
+        return;
+    }
+    uintptr_t lo, hi, here = (uintptr_t)&lo;
+    if (crawl_thread_stack_bounds(&lo, &hi) == 0 && here - lo < CALLBACK_STACK_RESERVE)
+        vm_error(vm, "stack overflow (native code and callbacks nested too deep)");
     value argv[CRAWL_FFI_MAX_ARGS];
     unsigned n = crawl_ffi_closure_nargs(c);
     for (unsigned i = 0; i < n; i++)
@@ -567,7 +598,7 @@ BUILTIN(b_ffi_callback)
         vm_error(vm, "out of memory");
     cb->h.type = T_CALLBACK;
     cb->closure = argv[0];
-    cb->vm = vm;
+    cb->handle = vm->handle;
     char err[300];
     /* the closure's user pointer is not seen by Boehm: the script keeps cb alive */
     cb->c = crawl_ffi_closure_new(sig, callback_handler, cb, ((closure *)argv[0])->p, err, sizeof err);

@@ -19,6 +19,7 @@
 typedef struct local {
     const char *name;
     int slot;
+    int pending;                        /* an internal define not yet assigned */
 } local;
 
 typedef struct freevar {
@@ -48,6 +49,7 @@ typedef struct func {
 
 typedef struct compiler {
     vm_state *vm;
+    const node *at;                     /* the form being compiled, for messages */
     const char *file;
     char *err;
     size_t errlen;
@@ -137,12 +139,18 @@ static int add_const(compiler *c, func *f, value v, const node *at)
 
 enum { R_LOCAL, R_FREE, R_GLOBAL, R_SELF };
 
-static int find_local(const func *f, const char *name)
+static local *find_local_entry(const func *f, const char *name)
 {
     for (int i = f->nlocals - 1; i >= 0; i--)
         if (strcmp(f->locals[i].name, name) == 0)
-            return f->locals[i].slot;
-    return -1;
+            return &f->locals[i];
+    return NULL;
+}
+
+static int find_local(const func *f, const char *name)
+{
+    const local *l = find_local_entry(f, name);
+    return l ? l->slot : -1;
 }
 
 /* Resolve name in f: a local slot, a free-variable index, or global. */
@@ -166,6 +174,11 @@ static int resolve(compiler *c, func *f, const char *name, int *index)
     int kind = resolve(c, f->outer, name, &outer_index);
     if (kind == R_GLOBAL)
         return R_GLOBAL;
+    const local *l = kind == R_LOCAL ? find_local_entry(f->outer, name) : NULL;
+    if (l && l->pending)
+        cerror(c, c->at, "'%s' is captured before its define has run: closures copy values "
+                         "when they are made, so internal functions cannot be mutually "
+                         "recursive (define them at top level)", name);
     if (f->nfree == f->frees_cap) {
         f->frees_cap = f->frees_cap ? f->frees_cap * 2 : 8;
         f->frees = realloc(f->frees, (size_t)f->frees_cap * sizeof *f->frees);
@@ -195,6 +208,7 @@ static int add_local(compiler *c, func *f, const char *name, const node *at)
     if (f->nslots == ARG_MAX)
         cerror(c, at, "too many local variables");
     f->locals[f->nlocals].name = name;
+    f->locals[f->nlocals].pending = 0;
     f->locals[f->nlocals++].slot = f->nslots++;
     if (f->nslots > f->maxslots)
         f->maxslots = f->nslots;
@@ -220,6 +234,23 @@ static int is_form(const node *n, const char *name)
 
 static void compile_body(compiler *c, func *f, const node *form, int from)
 {
+    /* A function body's defines are its locals from the start (pending until
+     * each has run), so an earlier function that uses a later one fails at
+     * compile time instead of reading a global of that name. */
+    if (f->nparams >= 0) {
+        for (int i = from; i < form->nitems; i++) {
+            const node *d = form->items[i];
+            if (!is_form(d, "define") || d->nitems < 3)
+                continue;
+            const node *target = d->items[1]->kind == N_LIST && d->items[1]->nitems
+                                     ? d->items[1]->items[0]
+                                     : d->items[1];
+            if (sym(target) && !find_local_entry(f, target->text)) {
+                add_local(c, f, target->text, d);
+                f->locals[f->nlocals - 1].pending = 1;
+            }
+        }
+    }
     if (from >= form->nitems) {
         emit(f, INS(OP_NIL, 0), 1);
         return;
@@ -248,9 +279,11 @@ static int emit_jump(func *f, int op)
     return f->ncode - 1;
 }
 
-static void patch(func *f, int at)
+static void patch(compiler *c, func *f, int at)
 {
     int off = f->ncode - (at + 1);
+    if (off > ARG_MAX)
+        cerror(c, c->at, "function too large: a jump over %d instructions", off);
     f->code[at] = INS(INS_OP(f->code[at]), (uint32_t)off & 0xffffffu);
 }
 
@@ -263,12 +296,12 @@ static void compile_if(compiler *c, func *f, const node *n)
     compile_expr(c, f, n->items[2]);
     int to_end = emit_jump(f, OP_JMP);
     f->depth--;                          /* only one branch's value is on the stack */
-    patch(f, to_else);
+    patch(c, f, to_else);
     if (n->nitems == 4)
         compile_expr(c, f, n->items[3]);
     else
         emit(f, INS(OP_NIL, 0), 1);
-    patch(f, to_end);
+    patch(c, f, to_end);
 }
 
 static void compile_andor(compiler *c, func *f, const node *n, int is_and)
@@ -289,7 +322,7 @@ static void compile_andor(compiler *c, func *f, const node *n, int is_and)
         }
     }
     for (int i = 0; i < nj; i++)
-        patch(f, jumps[i]);
+        patch(c, f, jumps[i]);
 }
 
 static void compile_while(compiler *c, func *f, const node *n)
@@ -303,8 +336,10 @@ static void compile_while(compiler *c, func *f, const node *n)
         compile_expr(c, f, n->items[i]);
         emit(f, INS(OP_POP, 0), -1);
     }
+    if (f->ncode + 1 - top > ARG_MAX)
+        cerror(c, n, "function too large: a loop over %d instructions", f->ncode + 1 - top);
     emit(f, INS(OP_JMP, (uint32_t)(top - (f->ncode + 1)) & 0xffffffu), 0);
-    patch(f, to_end);
+    patch(c, f, to_end);
     emit(f, INS(OP_NIL, 0), 1);
 }
 
@@ -314,21 +349,33 @@ static void compile_let(compiler *c, func *f, const node *n)
         cerror(c, n, "let takes a list of bindings, then a body");
     const node *binds = n->items[1];
     int saved_nlocals = f->nlocals, saved_nslots = f->nslots;
-    int first = f->nslots;
-    /* inits see the outer scope: evaluate all, then bind */
+    /* inits see the outer scope: evaluate all, then bind (an init may itself
+     * add locals, so each binding's slot is whatever add_local gives) */
     for (int i = 0; i < binds->nitems; i++) {
         const node *b = binds->items[i];
         if (b->kind != N_LIST || b->nitems != 2 || !sym(b->items[0]))
             cerror(c, b, "a let binding is (name value)");
         compile_expr(c, f, b->items[1]);
     }
+    if (binds->nitems > 256)
+        cerror(c, n, "more than 256 let bindings");
+    int slots[256];
     for (int i = 0; i < binds->nitems; i++)
-        add_local(c, f, binds->items[i]->items[0]->text, binds->items[i]);
+        slots[i] = add_local(c, f, binds->items[i]->items[0]->text, binds->items[i]);
     for (int i = binds->nitems - 1; i >= 0; i--)
-        emit(f, INS(OP_SETL, first + i), -1);
+        emit(f, INS(OP_SETL, slots[i]), -1);
     compile_body(c, f, n, 2);
     f->nlocals = saved_nlocals;
     f->nslots = saved_nslots;
+}
+
+static int binary_op(const char *name);
+
+/* The operators compiled inline must keep their meaning everywhere. */
+static void refuse_operator(compiler *c, const node *at, const char *name)
+{
+    if (binary_op(name) >= 0 || strcmp(name, "not") == 0)
+        cerror(c, at, "cannot redefine '%s': calls to it are compiled inline", name);
 }
 
 static void compile_set(compiler *c, func *f, const node *n)
@@ -337,13 +384,18 @@ static void compile_set(compiler *c, func *f, const node *n)
         cerror(c, n, "set! takes a variable and a value");
     const char *name = n->items[1]->text;
     compile_expr(c, f, n->items[2]);
+    f->line_now = n->line;               /* errors name the set!, not its value */
+    c->at = n;
     int index;
     switch (resolve(c, f, name, &index)) {
     case R_LOCAL: emit(f, INS(OP_SETL, index), -1); break;
     case R_FREE:
     case R_SELF:
         cerror(c, n->items[1], "cannot set! '%s': it is captured from an enclosing function", name);
-    default: emit(f, INS(OP_SETG, vm_global_index(c->vm, name)), -1); break;
+    default:
+        refuse_operator(c, n->items[1], name);
+        emit(f, INS(OP_SETG, vm_global_index(c->vm, name)), -1);
+        break;
     }
     emit(f, INS(OP_NIL, 0), 1);
 }
@@ -380,10 +432,14 @@ static void compile_define(compiler *c, func *f, const node *n)
     } else {
         compile_expr(c, f, n->items[2]);
     }
-    if (toplevel)
+    f->line_now = n->line;
+    if (toplevel) {
+        refuse_operator(c, n->items[1], name);
         emit(f, INS(OP_DEFG, vm_global_index(c->vm, name)), -1);
-    else
+    } else {
         emit(f, INS(OP_SETL, slot), -1);
+        find_local_entry(f, name)->pending = 0;
+    }
     emit(f, INS(OP_NIL, 0), 1);
 }
 
@@ -430,6 +486,7 @@ static void compile_call(compiler *c, func *f, const node *n)
 static void compile_expr(compiler *c, func *f, const node *n)
 {
     f->line_now = n->line;
+    c->at = n;
     switch (n->kind) {
     case N_INT:
         if (n->ival >= -(1 << 23) && n->ival < (1 << 23))

@@ -23,18 +23,34 @@ static void check_fix2(vm_state *vm, value a, value b, const char *op)
     vm_error(vm, "type error: %s expects integers, got %s", op, type_name(b));
 }
 
+void segment_enter(vm_state *vm, segment *seg, uint32_t v_base)
+{
+    *seg = (segment){.vm = vm, .ci_base = vm->nci, .v_base = v_base, .outer = vm->seg};
+    if (vm->seg) {                       /* the outer segment now ends where this one starts */
+        vm->seg->ci_end = vm->nci;
+        vm->seg->v_end = v_base;
+    }
+#ifndef CRAWLVM_NO_FRAMES
+    crawl_frame_push(&seg->frame, &segment_type);
+#endif
+    vm->seg = seg;
+}
+
+void segment_leave(vm_state *vm, segment *seg)
+{
+#ifndef CRAWLVM_NO_FRAMES
+    crawl_frame_pop(&seg->frame);
+#endif
+    vm->seg = seg->outer;
+    if (seg->outer)
+        seg->outer->ci_end = seg->outer->v_end = 0;
+}
+
 value interp_run(vm_state *vm, uint32_t fn_slot, int argc)
 {
     value *const stack = vm->stack;
-    segment seg = {.vm = vm, .ci_base = vm->nci, .v_base = fn_slot, .outer = vm->seg};
-    if (vm->seg) {
-        vm->seg->ci_end = vm->nci;
-        vm->seg->v_end = fn_slot;
-    }
-#ifndef CRAWLVM_NO_FRAMES
-    crawl_frame_push(&seg.frame, &segment_type);
-#endif
-    vm->seg = &seg;
+    segment seg;
+    segment_enter(vm, &seg, fn_slot);
 
     static void *const dispatch[OP__COUNT] = {
 #define X(name) [OP_##name] = &&op_##name,
@@ -250,12 +266,7 @@ op_RET: {
     vm->nci--;
     if (vm->nci == seg.ci_base) {
         vm->top = fn_slot;
-#ifndef CRAWLVM_NO_FRAMES
-        crawl_frame_pop(&seg.frame);
-#endif
-        vm->seg = seg.outer;
-        if (seg.outer)
-            seg.outer->ci_end = seg.outer->v_end = 0;
+        segment_leave(vm, &seg);
         return r;
     }
     ci = &vm->ci[vm->nci - 1];

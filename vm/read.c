@@ -8,9 +8,13 @@
 #include "vm/read.h"
 #include "vm/vm.h"
 
+/* Deeper nesting is refused: the reader, the compiler and free_nodes all
+ * recurse on it, on stacks an embedder may have made small. */
+#define MAX_NESTING 10000
+
 typedef struct reader {
     const char *src, *p, *file;
-    int line, col;
+    int line, col, depth;
     char *err;
     size_t errlen;
     int failed;
@@ -182,6 +186,10 @@ static node *read_atom(reader *r)
 static node *read_list(reader *r)
 {
     int line = r->line, col = r->col;
+    if (r->depth >= MAX_NESTING) {
+        fail(r, line, col, "nesting deeper than %s levels", "10000");
+        return NULL;
+    }
     advance(r);                          /* ( */
     node *list = new_node(N_LIST, line, col);
     for (;;) {
@@ -195,7 +203,9 @@ static node *read_list(reader *r)
             advance(r);
             return list;
         }
+        r->depth++;
         node *item = read_form(r);
+        r->depth--;
         if (!item) {
             free_nodes(list);
             return NULL;
@@ -222,7 +232,7 @@ static node *read_form(reader *r)
 
 node *read_all(const char *src, const char *file, char *err, size_t errlen)
 {
-    reader r = {src, src, file, 1, 1, err, errlen, 0};
+    reader r = {src, src, file, 1, 1, 0, err, errlen, 0};
     node *all = new_node(N_LIST, 1, 1);
     for (;;) {
         skip_space(&r);

@@ -93,7 +93,10 @@ typedef struct tb {
     int skip_to_vm;                     /* drop the C frames of crawlvm's own error/trace code */
     char last[800];                     /* the last line printed, and how often it came again */
     unsigned repeats;
+    unsigned printed, omitted;          /* lines written; frames past the limit */
 } tb;
+
+#define MAX_TRACEBACK_LINES 100         /* then "[... N more frames not shown]" */
 
 #define REPEATS_SHOWN 3                 /* then "[previous line repeated N more times]" */
 
@@ -112,13 +115,30 @@ static void flush_repeats(tb *t)
 static void emit_line(tb *t, const char *line, size_t n)
 {
     if (strcmp(line, t->last) == 0) {
-        if (++t->repeats <= REPEATS_SHOWN)
+        if (++t->repeats <= REPEATS_SHOWN && t->printed < MAX_TRACEBACK_LINES) {
+            t->printed++;
             put(t->fd, line, n);
+        }
         return;
     }
     flush_repeats(t);
     snprintf(t->last, sizeof t->last, "%s", line);
+    if (t->printed >= MAX_TRACEBACK_LINES) {
+        t->omitted++;
+        return;
+    }
+    t->printed++;
     put(t->fd, line, n);
+}
+
+static void finish_traceback(tb *t)
+{
+    flush_repeats(t);
+    if (t->omitted) {
+        char note[96];
+        int n = snprintf(note, sizeof note, "  [... %u more frames not shown]\n", t->omitted);
+        put(t->fd, note, (size_t)n);
+    }
 }
 
 static crawl_action tb_frame(const crawl_cf *cf, void *ctx)
@@ -155,7 +175,7 @@ void vm_print_traceback(vm_state *v, int fd, const char *title)
     put(fd, "\n", 1);
     tb t = {.fd = fd, .skip_to_vm = 1};
     crawl_walk(tb_frame, &t, traceback_flags(v));
-    flush_repeats(&t);
+    finish_traceback(&t);
 }
 
 _Noreturn void vm_error(vm_state *v, const char *fmt, ...)
@@ -193,7 +213,7 @@ static void on_fatal(int sig, siginfo_t *si, void *uc)
      * dying and this is the report it exists to give. */
     tb t = {.fd = STDERR_FILENO};       /* here the top C frames are the crash */
     crawl_walk_context(uc, tb_frame, &t, fatal_vm ? fatal_vm->walk_flags : 0);
-    flush_repeats(&t);
+    finish_traceback(&t);
     signal(sig, SIG_DFL);
     raise(sig);                          /* delivered when the handler returns */
 }

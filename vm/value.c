@@ -60,7 +60,17 @@ const char *type_name(value v)
     return "?";
 }
 
+/* Vectors may contain themselves: printing stops at this depth with "[...]". */
+#define MAX_PRINT_DEPTH 64
+
+static int format_at(value v, char *buf, size_t len, int quote, int depth);
+
 int format_value(value v, char *buf, size_t len, int quote)
+{
+    return format_at(v, buf, len, quote, 0);
+}
+
+static int format_at(value v, char *buf, size_t len, int quote, int depth)
 {
     if (IS_FIX(v))
         return snprintf(buf, len, "%ld", (long)FIXVAL(v));
@@ -77,12 +87,14 @@ int format_value(value v, char *buf, size_t len, int quote)
     case T_VECTOR: {
         /* like snprintf, return the full length even when buf is too small */
         vvector *vec = (vvector *)v;
+        if (depth >= MAX_PRINT_DEPTH)
+            return snprintf(buf, len, "[...]");
 #define REST (n < len ? buf + n : NULL), (n < len ? len - n : 0)
         size_t n = (size_t)snprintf(buf, len, "[");
         for (uint32_t i = 0; i < vec->len; i++) {
             if (i)
                 n += (size_t)snprintf(REST, " ");
-            n += (size_t)format_value(vec->items[i], REST, 1);
+            n += (size_t)format_at(vec->items[i], REST, 1, depth + 1);
         }
         n += (size_t)snprintf(REST, "]");
 #undef REST

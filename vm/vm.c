@@ -32,8 +32,14 @@ static void plain_release(void *p) { free(p); }
 vm_state *vm_new(void)
 {
     vm_state *v = calloc(1, sizeof *v);
-    if (!v)
+    vm_handle *h = malloc(sizeof *h);
+    if (!v || !h) {
+        free(v);
+        free(h);
         return NULL;
+    }
+    h->vm = v;
+    v->handle = h;
     v->stack_cap = STACK_SLOTS;
     v->stack = reserve(STACK_SLOTS * sizeof(value));
     v->ci_cap = CALL_DEPTH;
@@ -48,6 +54,7 @@ void vm_free(vm_state *v)
 {
     if (!v)
         return;
+    v->handle->vm = NULL;                /* callbacks still out there refuse to run */
     munmap(v->stack, STACK_SLOTS * sizeof(value));
     munmap(v->ci, CALL_DEPTH * sizeof(callinfo));
     for (int i = 0; i < v->nglobals; i++)
@@ -107,6 +114,10 @@ value vm_call(vm_state *v, value fn, int argc, const value *argv)
     v->top = slot + 1 + (uint32_t)argc;
     if (is_type(fn, T_CLOSURE))
         return interp_run(v, slot, argc);
+    /* a builtin or native function: its arguments must be roots while it
+     * runs (it may allocate), so it too runs inside a segment */
+    segment seg;
+    segment_enter(v, &seg, slot);
     value r;
     if (is_type(fn, T_BUILTIN)) {
         builtin *b = (builtin *)fn;
@@ -118,6 +129,7 @@ value vm_call(vm_state *v, value fn, int argc, const value *argv)
     } else {
         vm_error(v, "type error: cannot call %s", type_name(fn));
     }
+    segment_leave(v, &seg);
     v->top = slot;
     return r;
 }

@@ -89,11 +89,17 @@ typedef struct ffi_obj {
     crawl_ffi_fn *fn;
 } ffi_obj;
 
+/* What a callback reaches its VM through: malloc'ed, never freed; vm_free
+ * clears it, so a callback that outlives its VM refuses to run. */
+typedef struct vm_handle {
+    struct vm *vm;
+} vm_handle;
+
 typedef struct callback_obj {
     obj h;
     crawl_ffi_closure *c;
     value closure;                      /* the VM closure it calls */
-    struct vm *vm;
+    vm_handle *handle;
 } callback_obj;
 
 typedef struct buffer_obj {
@@ -155,6 +161,7 @@ typedef struct vm {
     char error[512];
     vm_allocator alloc;
     int out_fd;                         /* where print and backtrace write */
+    vm_handle *handle;
 } vm_state;
 
 /* ---- the embedding API (vm/vm.c) ------------------------------------------ */
@@ -163,7 +170,8 @@ void vm_free(vm_state *vm);
 /* Compile and run source; 0, or -1 with vm->error set (the traceback has
  * been printed to stderr). *result may be NULL. */
 int vm_eval(vm_state *vm, const char *source, const char *file, value *result);
-/* Call a callable value with args, from C (pushes a segment). */
+/* Call a callable value with args, from C. The call runs inside an
+ * interpreter segment, so the arguments are GC roots during it. */
 value vm_call(vm_state *vm, value fn, int argc, const value *argv);
 int vm_global_index(vm_state *vm, const char *name);
 void vm_set_global(vm_state *vm, const char *name, value v);
@@ -200,5 +208,9 @@ value call_ffi(vm_state *vm, ffi_obj *f, int argc, value *argv);
 
 /* ---- the interpreter (vm/interp.c) ------------------------------------------- */
 value interp_run(vm_state *vm, uint32_t fn_slot, int argc);
+/* Push / pop an interpreter segment whose value-stack slots start at v_base
+ * (interp_run uses them; so does vm_call around builtins called from C). */
+void segment_enter(vm_state *vm, segment *seg, uint32_t v_base);
+void segment_leave(vm_state *vm, segment *seg);
 
 #endif

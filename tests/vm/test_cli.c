@@ -294,6 +294,30 @@ static void test_sanitize_overflow_and_go_on(void **state)
                             NULL});
 }
 
+/* Found in review: callbacks that recurse through C, or outlive the VM. */
+static void test_callback_limits(void **state)
+{
+    (void)state;
+    proc p;
+    crawlvm(&p, (const char *[]){"-e",
+                                 "(define qsort (ffi-fn \"libc.so.6\" \"qsort\" \"v(pzzp)\"))\n"
+                                 "(define buf (make-buffer 8))\n"
+                                 "(define (again a b) (sort-deep) 0)\n"
+                                 "(define cb (ffi-callback again \"i(pp)\"))\n"
+                                 "(define (sort-deep) (qsort buf 2 4 cb))\n"
+                                 "(sort-deep)\n",
+                                 NULL});
+    EXPECT_EXIT(&p, 1);
+    EXPECT_IN(p.err, "error: stack overflow (native code and callbacks nested too deep)");
+    crawlvm(&p, (const char *[]){"-e",
+                                 "(define r (ffi-fn nil \"on_exit\" \"i(pp)\"))\n"
+                                 "(define cb (ffi-callback (lambda (s a) (print \"bye\")) \"v(ip)\"))\n"
+                                 "(r cb nil)\n",
+                                 NULL});
+    EXPECT_EXIT(&p, 0);
+    EXPECT_IN(p.err, "crawlvm: a callback was called after its VM was freed; returning 0");
+}
+
 /* Every example script runs as its comments say. */
 static void test_examples(void **state)
 {
@@ -340,6 +364,7 @@ int main(void)
         cmocka_unit_test(test_gc_stats),
         cmocka_unit_test(test_examples),
         cmocka_unit_test(test_sanitize_use_after_free),
+        cmocka_unit_test(test_callback_limits),
         cmocka_unit_test(test_sanitize_overflow_and_go_on),
     };
     return cmocka_run_group_tests_name("crawlvm-cli", tests, NULL, NULL);

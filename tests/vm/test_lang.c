@@ -2,7 +2,9 @@
 #include "../support.h"
 #include "vm_support.h"
 
+#include <gc/gc.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 static vm_state *vm;
@@ -149,6 +151,94 @@ static void test_syntax_errors(void **state)
     expect_error("(lambda (1) 1)", "test.crawl:1:10: error: parameters must be names");
 }
 
+/* Found in review; each once went wrong. */
+static void test_review_regressions(void **state)
+{
+    (void)state;
+    /* a define inside a let initialiser used to shift the let's slots */
+    expect_out("(define (f) (let ((x (begin (define z 3) 10))) (list-of x z)))"
+               "(define (list-of a b) (vector a b)) (print (f))",
+               "[10 3]\n");
+    expect_out("(define (g) (let ((a 1) (b (begin (define z 3) 20))) (vector a b z))) (print (g))",
+               "[1 20 3]\n");
+    /* errors of set! name the set!'s line, not its value's */
+    expect_error("(set! undefinedvar\n 5)", "error: set! of undefined variable 'undefinedvar'");
+    run_result r;
+    run(vm, "(set! undefinedvar\n 5)", &r);
+    assert_non_null(strstr(r.err, "  <toplevel> at test.crawl:1\n"));
+    /* operators compiled inline cannot be redefined behind their back */
+    expect_error("(define (< a b) #t)", "test.crawl:1:9: error: cannot redefine '<'");
+    expect_error("(set! + 1)", "cannot redefine '+'");
+    /* internal functions: earlier ones may use later ones only if not captured early */
+    expect_out("(define (f) (define (a) 1) (define (b) (+ (a) 1)) (b)) (print (f))", "2\n");
+    expect_error("(define (F) (define (ev n) (if (= n 0) #t (od (- n 1))))"
+                 " (define (od n) (if (= n 0) #f (ev (- n 1)))) (ev 10))",
+                 "'od' is captured before its define has run");
+    /* self-containing vectors: printing stops, equal? refuses */
+    expect_out("(define v (make-vector 1 0)) (vector-set! v 0 v) (print (string-length (str v)) "
+               "(equal? v v))",
+               "133 #t\n");   /* 64 "[", "[...]", 64 "]" */
+    expect_error("(define v (make-vector 1 0)) (vector-set! v 0 v)"
+                 "(define w (make-vector 1 0)) (vector-set! w 0 w) (equal? v w)",
+                 "equal?: vectors nested more than 10000 deep");
+    /* strings compare by length and bytes, NUL included */
+    expect_out("(print (equal? \"a\\0b\" \"a\\0c\") (equal? \"a\\0b\" \"a\\0b\"))", "#f #t\n");
+}
+
+static void test_deep_nesting_is_refused(void **state)
+{
+    (void)state;
+    size_t depth = 20000, len = depth * 6 + 8;
+    char *src = malloc(len);
+    size_t at = 0;
+    for (size_t i = 0; i < depth; i++)
+        at += (size_t)sprintf(src + at, "(+ 1 ");
+    for (size_t i = 0; i < depth; i++)
+        src[at++] = ')';
+    src[at] = '\0';
+    expect_error(src, "syntax error: nesting deeper than 10000 levels");
+    free(src);
+}
+
+/* vm_call of a builtin from C: its arguments are roots while it runs. */
+static value b_collect_then_join(vm_state *v, int argc, value *argv)
+{
+    for (int i = 0; i < 3; i++)
+        GC_gcollect();
+    for (int i = 0; i < 200; i++)                 /* reuse what a collection freed */
+        make_vector(4, FIX(i));
+    char buf[64];
+    snprintf(buf, sizeof buf, "%s+%s", ((vstring *)argv[0])->s, ((vstring *)argv[1])->s);
+    (void)argc;
+    (void)v;
+    return make_string(buf, strlen(buf));
+}
+
+NOINLINE static value *fresh_args(void)
+{
+    value *args = malloc(2 * sizeof *args);      /* not scanned by Boehm */
+    args[0] = make_string("alpha", 5);
+    args[1] = make_string("beta", 4);
+    return args;
+}
+
+NOINLINE static void clobber_stack(void)
+{
+    volatile char junk[16384];
+    memset((char *)junk, 0, sizeof junk);
+}
+
+static void test_vm_call_builtin_roots_its_arguments(void **state)
+{
+    (void)state;
+    vm_def_builtin(vm, "collect-then-join", 2, 2, b_collect_then_join);
+    value *args = fresh_args();
+    clobber_stack();
+    value r = vm_call(vm, vm_get_global(vm, "collect-then-join"), 2, args);
+    assert_string_equal(((vstring *)r)->s, "alpha+beta");
+    free(args);
+}
+
 static void test_backtrace_builtin(void **state)
 {
     (void)state;
@@ -171,6 +261,9 @@ int main(void)
         cmocka_unit_test(test_errors_and_tracebacks),
         cmocka_unit_test(test_syntax_errors),
         cmocka_unit_test(test_backtrace_builtin),
+        cmocka_unit_test(test_review_regressions),
+        cmocka_unit_test(test_deep_nesting_is_refused),
+        cmocka_unit_test(test_vm_call_builtin_roots_its_arguments),
     };
     return cmocka_run_group_tests_name("crawlvm-language", tests, NULL, NULL);
 }
