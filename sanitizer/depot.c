@@ -26,10 +26,18 @@ typedef struct node {
 
 #define BUCKET_BITS 18
 #define BUCKETS (1u << BUCKET_BITS)
-static _Atomic(node *) buckets[BUCKETS];
+/* 2 MiB-aligned, so the kernel can back it with one huge page: a lookup
+ * with many traces stored is a bucket miss and a node miss, and TLB misses
+ * on top of each were a large part of their cost. */
+static _Atomic(node *) buckets[BUCKETS] __attribute__((aligned(2 << 20)));
+
+__attribute__((constructor)) static void huge_buckets(void)
+{
+    madvise(buckets, sizeof buckets, MADV_HUGEPAGE);
+}
 
 /* ---- arenas --------------------------------------------------------------- */
-#define ARENA_SIZE (1u << 20)
+#define ARENA_SIZE (4u << 20)
 
 typedef struct arena {
     _Atomic size_t used;
@@ -47,6 +55,7 @@ static arena *new_arena(size_t need)
     arena *a = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (a == MAP_FAILED)
         return NULL;
+    madvise(a, size, MADV_HUGEPAGE);     /* advisory: fewer TLB misses on lookups */
     atomic_init(&a->used, 0);
     a->size = size - sizeof(arena);
     return a;
