@@ -26,14 +26,40 @@ typedef struct node {
 
 #define BUCKET_BITS 18
 #define BUCKETS (1u << BUCKET_BITS)
-/* 2 MiB-aligned, so the kernel can back it with one huge page: a lookup
- * with many traces stored is a bucket miss and a node miss, and TLB misses
- * on top of each were a large part of their cost. */
-static _Atomic(node *) buckets[BUCKETS] __attribute__((aligned(2 << 20)));
 
-__attribute__((constructor)) static void huge_buckets(void)
+/* The depot's tables are mmap'ed on first use, not static: a collector that
+ * scans loaded libraries' data (Boehm does) would otherwise scan megabytes
+ * of depot pointers at every collection and size its heap by them. Huge
+ * pages where the kernel allows: with many traces stored, a lookup is a
+ * bucket miss and a node miss, and TLB misses on top of each cost a lot. */
+static void *map_table(size_t bytes)
 {
-    madvise(buckets, sizeof buckets, MADV_HUGEPAGE);
+    void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED)
+        return NULL;
+    madvise(p, bytes, MADV_HUGEPAGE);
+    return p;
+}
+
+/* Install a table once, lock-free (async-signal-safe: mmap and a CAS). */
+static void *lazy_table(_Atomic(void *) *slot, size_t bytes)
+{
+    void *t = atomic_load_explicit(slot, memory_order_acquire);
+    if (t)
+        return t;
+    void *fresh = map_table(bytes);
+    if (!fresh)
+        return NULL;
+    if (atomic_compare_exchange_strong(slot, &t, fresh))
+        return fresh;
+    munmap(fresh, bytes);                /* another thread won */
+    return t;
+}
+
+static _Atomic(void *) bucket_table;
+static _Atomic(node *) *buckets_get(void)
+{
+    return lazy_table(&bucket_table, BUCKETS * sizeof(node *));
 }
 
 /* ---- arenas --------------------------------------------------------------- */
@@ -91,12 +117,22 @@ static void *arena_alloc(size_t bytes)
 /* ---- ids ------------------------------------------------------------------- */
 #define PAGE_BITS 16
 #define PAGE_IDS (1u << PAGE_BITS)
-static _Atomic(_Atomic(node *) *) id_pages[1u << (32 - PAGE_BITS)];
+#define ID_PAGES (1u << (32 - PAGE_BITS))
+typedef _Atomic(_Atomic(node *) *) id_page_slot;
+static _Atomic(void *) id_page_table;     /* ID_PAGES slots, mmap'ed on first use */
 static atomic_uint next_id = 1;
+
+static id_page_slot *id_pages_get(void)
+{
+    return lazy_table(&id_page_table, ID_PAGES * sizeof(id_page_slot));
+}
 
 static int set_id(uint32_t id, node *nd)
 {
-    _Atomic(_Atomic(node *) *) *slot = &id_pages[id >> PAGE_BITS];
+    id_page_slot *pages = id_pages_get();
+    if (!pages)
+        return -1;
+    id_page_slot *slot = &pages[id >> PAGE_BITS];
     _Atomic(node *) *page = atomic_load(slot);
     if (!page) {
         _Atomic(node *) *fresh = mmap(NULL, PAGE_IDS * sizeof(node *), PROT_READ | PROT_WRITE,
@@ -140,7 +176,12 @@ uint32_t crawl_depot_put(const uintptr_t *frames, unsigned n)
     if (!frames || n == 0 || n > CRAWL_DEPOT_MAX_FRAMES)
         return 0;
     uint64_t h = XXH3_64bits(frames, n * sizeof *frames);
-    _Atomic(node *) *bucket = &buckets[h & (BUCKETS - 1)];
+    _Atomic(node *) *table = buckets_get();
+    if (!table) {
+        atomic_fetch_add(&drops, 1);
+        return 0;
+    }
+    _Atomic(node *) *bucket = &table[h & (BUCKETS - 1)];
     node *head = atomic_load_explicit(bucket, memory_order_acquire);
     node *hit = find(head, NULL, h, frames, n);
     if (hit)
@@ -178,9 +219,10 @@ uint32_t crawl_depot_put(const uintptr_t *frames, unsigned n)
 
 unsigned crawl_depot_get(uint32_t id, const uintptr_t **frames)
 {
-    if (id == 0)
+    id_page_slot *pages = atomic_load_explicit(&id_page_table, memory_order_acquire);
+    if (id == 0 || !pages)
         return 0;
-    _Atomic(node *) *page = atomic_load(&id_pages[id >> PAGE_BITS]);
+    _Atomic(node *) *page = atomic_load(&pages[id >> PAGE_BITS]);
     node *nd = page ? atomic_load_explicit(&page[id & (PAGE_IDS - 1)], memory_order_acquire)
                     : NULL;
     if (!nd)
