@@ -17,6 +17,7 @@ typedef struct crawl__thread {
     unsigned type_victim;
     pid_t tid;
     unsigned seq;                       /* 0, 1, 2... in attach order ("T0" in reports) */
+    unsigned long cfi_hits;             /* precise steps served by the CFI cache */
     struct crawl__thread *reg_prev, *reg_next;   /* registry of attached threads */
 } crawl__thread;
 

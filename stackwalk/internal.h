@@ -48,7 +48,7 @@ typedef struct sw_unw_api {
 const sw_unw_api *sw_unw(void);
 
 /* ---- the native cursor (unwind_fp.c, unwind_dwarf.c) -------------------- */
-enum { SW_OK = 0, SW_END = 1, SW_STOP = 2, SW_CORRUPT = 3 };
+enum { SW_OK = 0, SW_END = 1, SW_STOP = 2, SW_CORRUPT = 3, SW_ASK_LIBUNWIND = 4 };
 
 /* libunwind's state: large (about 2 KiB), so kept apart from sw_cursor and
  * never zero-filled; only precise walks touch it. */
@@ -66,6 +66,8 @@ typedef struct sw_cursor {
     uintptr_t alo, ahi;                 /* the signal stack in use, or 0, 0 */
     const sw_range_table *ranges;
     sw_dwarf *dwarf;                    /* NULL: fast (frame-pointer) mode */
+    unsigned cfi;                       /* precise: try the CFI cache first (cfi_cache.c) */
+    unsigned signal_safe;
 } sw_cursor;
 
 void sw_cursor_init(sw_cursor *c, const crawl__thread *th, const crawl_regs *regs,
@@ -79,6 +81,12 @@ int sw_step(sw_cursor *c);
 int sw_step_fp(sw_cursor *c);
 int sw_step_dwarf(sw_cursor *c);
 int sw_step_rule(sw_cursor *c, const crawl_code_range *r);
+/* cfi_cache.c: one step by a cached CFI rule; SW_ASK_LIBUNWIND when the
+ * rule is not a simple one or (signal_safe) not known to be safe to use. */
+int sw_step_cfi(sw_cursor *c, int signal_safe);
+
+/* Flush rules if a module was unloaded since the last check (normal context). */
+void sw_cfi_check_generation(void);
 
 /* [a, a+size) inside the thread's stack or the signal stack in use. One
  * unsigned comparison per region: a below lo wraps to a huge offset. */
@@ -125,6 +133,66 @@ static inline int sw_fp_step(const sw_cursor *c, uintptr_t *ip, uintptr_t *sp, u
     *ip = nip;
     *sp = nsp;
     *fp = ((const uintptr_t *)f)[0];
+    return SW_OK;
+}
+
+/* The rule table, for the inline step below (cfi_cache.c owns it). */
+typedef struct sw_cfi_slot {
+    _Atomic uintptr_t key;
+    _Atomic uint64_t rule;
+} sw_cfi_slot;
+#define SW_CFI_SLOT_BITS 16
+#define SW_CFI_VALID 1u
+#define SW_CFI_CFA_FP 4u
+#define SW_CFI_FP_SAVED 8u
+#define SW_CFI_PERMANENT 16u
+sw_cfi_slot *sw_cfi_table(void);
+/* The rule for key after a miss: fills in normal context; 0 if signal_safe. */
+uint64_t sw_cfi_miss(uintptr_t key, int signal_safe);
+void sw_cfi_count_fallback(void);
+
+static inline int64_t sw_cfi_field12(uint64_t rule, int shift)
+{
+    int64_t v = (int64_t)((rule >> shift) & 0xfff);
+    return v >= 2048 ? v - 4096 : v;
+}
+
+/* One precise step on (ip, sp, fp) by a cached rule, as sw_fp_step does by
+ * frame pointers: SW_OK, SW_END, SW_CORRUPT, or SW_ASK_LIBUNWIND. */
+static inline int sw_cfi_step(const sw_cursor *c, sw_cfi_slot *table, unsigned long *hits,
+                              uintptr_t *ip, uintptr_t *sp, uintptr_t *fp, int exact)
+{
+    uintptr_t key = exact ? *ip : *ip - 1;
+    sw_cfi_slot *slot = &table[(key * 0x9E3779B97F4A7C15u) >> (64 - SW_CFI_SLOT_BITS)];
+    uint64_t rule = 0;
+    if (__atomic_load_n(&slot->key, __ATOMIC_ACQUIRE) == key) {
+        rule = __atomic_load_n(&slot->rule, __ATOMIC_ACQUIRE);
+        if (__atomic_load_n(&slot->key, __ATOMIC_ACQUIRE) != key ||
+            (c->signal_safe && !((rule >> 56) & SW_CFI_PERMANENT)))
+            rule = 0;
+        else
+            ++*hits;
+    }
+    if (!rule)
+        rule = sw_cfi_miss(key, c->signal_safe);
+    unsigned flags = (unsigned)(rule >> 56);
+    if (!(flags & SW_CFI_VALID))
+        return SW_ASK_LIBUNWIND;
+    uintptr_t cfa = ((flags & SW_CFI_CFA_FP) ? *fp : *sp) + (uintptr_t)(int64_t)(int32_t)(uint32_t)rule;
+    uintptr_t ra_at = cfa + (uintptr_t)sw_cfi_field12(rule, 32);
+    if (!sw_in_stack(c, ra_at, sizeof(uintptr_t)) || !sw_progress(c, *sp, cfa))
+        return SW_CORRUPT;
+    uintptr_t nfp = *fp;
+    if (flags & SW_CFI_FP_SAVED) {
+        uintptr_t fp_at = cfa + (uintptr_t)sw_cfi_field12(rule, 44);
+        if (!sw_in_stack(c, fp_at, sizeof(uintptr_t)))
+            return SW_CORRUPT;
+        nfp = *(const uintptr_t *)fp_at;
+    }
+    uintptr_t nip = *(const uintptr_t *)ra_at;
+    if (nip == 0)
+        return SW_END;
+    *ip = nip, *sp = cfa, *fp = nfp;
     return SW_OK;
 }
 

@@ -88,5 +88,12 @@ int sw_step(sw_cursor *c)
         c->from_signal = 0;
         return st;
     }
-    return c->dwarf ? sw_step_dwarf(c) : sw_step_fp(c);
+    if (!c->dwarf)
+        return sw_step_fp(c);
+    if (c->cfi) {
+        int st = sw_step_cfi(c, c->signal_safe);
+        if (st != SW_ASK_LIBUNWIND)
+            return st;
+    }
+    return sw_step_dwarf(c);
 }

@@ -200,13 +200,27 @@ typedef struct fast_entry {
     uintptr_t ip, sp, fp;
 } fast_entry;
 
-static int fast_run(walk *w, unsigned *skip_io)
+/* One step of the batch loop: by frame pointers, or (precise) by a cached
+ * CFI rule. Inline, so each mode gets its own copy of the loop. */
+static inline __attribute__((always_inline)) int batch_step(const sw_cursor *bounds,
+                                                            sw_cfi_slot *table,
+                                                            unsigned long *hits, uintptr_t *ip,
+                                                            uintptr_t *sp, uintptr_t *fp,
+                                                            int exact)
+{
+    return table ? sw_cfi_step(bounds, table, hits, ip, sp, fp, exact)
+                 : sw_fp_step(bounds, ip, sp, fp);
+}
+
+static inline __attribute__((always_inline)) int batch_run(walk *w, unsigned *skip_io,
+                                                           sw_cfi_slot *table)
 {
     sw_cursor *c = &w->cur;
     const sw_cursor bounds = *c;
     uintptr_t ip = c->regs.ip, sp = c->regs.sp, fp = c->regs.fp;
     unsigned first_flags = c->exact ? CRAWL_CF_EXACT_IP : 0;
     unsigned skip = *skip_io;
+    unsigned long hits = 0;
     fast_entry buf[FAST_BATCH];
     crawl_regs regs = {0};
     crawl_cf cf = {.kind = CRAWL_CF_NATIVE, .regs = &regs};
@@ -218,7 +232,8 @@ static int fast_run(walk *w, unsigned *skip_io)
         int frame_due = 0;
         while (n < FAST_BATCH) {
             uintptr_t nip = ip, nsp = sp, nfp = fp;
-            st = sw_fp_step(&bounds, &nip, &nsp, &nfp);
+            st = batch_step(&bounds, table, &hits, &nip, &nsp, &nfp,
+                            first_flags && n == 0 && (ip == c->regs.ip));
             if (st != SW_OK)
                 break;
             if (skip) {
@@ -283,9 +298,25 @@ static int fast_run(walk *w, unsigned *skip_io)
             first_flags = 0;
     }
     *skip_io = skip;
-    c->regs.ip = ip, c->regs.sp = sp, c->regs.fp = fp;
+    if (ip != c->regs.ip || sp != c->regs.sp) {
+        c->regs.ip = ip, c->regs.sp = sp, c->regs.fp = fp;
+        c->need_init = c->dwarf != NULL; /* libunwind, if asked next, starts here */
+        c->from_signal = 0;
+    }
     c->exact = first_flags != 0;
+    if (hits)
+        crawl__self()->cfi_hits += hits;
     return st;
+}
+
+static int fast_run(walk *w, unsigned *skip_io)
+{
+    return batch_run(w, skip_io, NULL);
+}
+
+static int precise_run(walk *w, unsigned *skip_io, sw_cfi_slot *table)
+{
+    return batch_run(w, skip_io, table);
 }
 
 /* w->fn/ctx/flags (and pcs for crawl_backtrace) are set by the caller. */
@@ -309,6 +340,12 @@ static crawl_walk_status run_walk(walk *wp, const crawl_regs *regs, unsigned exa
     const sw_range_table *held = sw_ranges_enter();
     const sw_range_table *ranges = held && held->n ? held : NULL;
     sw_cursor_init(&w->cur, th, regs, exact, precise ? &dwarf : NULL, ranges);
+    if (precise && !(flags & CRAWL_WALK_NO_CFI_CACHE)) {
+        w->cur.cfi = 1;
+        w->cur.signal_safe = (flags & CRAWL_WALK_SIGNAL_SAFE) != 0;
+        if (!w->cur.signal_safe)
+            sw_cfi_check_generation();   /* code unloaded since? (takes the loader's lock) */
+    }
     /* Frames newer than the first frame belong to crawl's caller's callees:
      * a signal handler that pushed Frames before walking the context it
      * interrupted. They are not part of this stack. */
@@ -320,20 +357,25 @@ static crawl_walk_status run_walk(walk *wp, const crawl_regs *regs, unsigned exa
         report_all_frames(w);
     } else {
         int live = 1;
+        sw_cfi_slot *table = precise && w->cur.cfi && !ranges ? sw_cfi_table() : NULL;
         while (live && !w->aborted) {
             crawl_regs r;
             unsigned r_exact;
-            int st;
-            if (!precise && !ranges) {
-                st = fast_run(w, &skip);
+            int st = SW_ASK_LIBUNWIND;
+            if (!ranges && (!precise || table)) {
+                st = precise ? precise_run(w, &skip, table) : fast_run(w, &skip);
                 if (w->aborted)
                     break;
                 r = w->cur.regs;
                 r_exact = w->cur.exact;
-            } else {
+            }
+            if (st == SW_ASK_LIBUNWIND) {
+                /* the generic path: one step (libunwind, or a JIT rule) */
+                if (table)
+                    sw_cfi_count_fallback();
                 r = w->cur.regs;
                 r_exact = w->cur.exact;
-                st = sw_step(&w->cur);
+                st = table ? sw_step_dwarf(&w->cur) : sw_step(&w->cur);
                 if (st == SW_OK && skip) {
                     skip--;
                     continue;

@@ -57,7 +57,8 @@ enum {
     CRAWL_WALK_FUNCTIONS_ONLY = 1u << 2, /* report Frames only with CRAWL_FRAME_FUNCTION (VM activations always) */
     CRAWL_WALK_FAST = 1u << 3,           /* frame-pointer unwinding instead of DWARF CFI */
     CRAWL_WALK_SIGNAL_SAFE = 1u << 4,    /* no allocation, no lock, no implicit attach */
-    CRAWL_WALK_NO_VM = 1u << 5           /* report interpreter segments as one CRAWL_CF_FRAME */
+    CRAWL_WALK_NO_VM = 1u << 5,          /* report interpreter segments as one CRAWL_CF_FRAME */
+    CRAWL_WALK_NO_CFI_CACHE = 1u << 6    /* precise: every step through libunwind */
 };
 
 /* crawl_cf_flags() */
@@ -185,6 +186,24 @@ CRAWL_API int crawl_cf_format(const crawl_cf *cf, char *buf, size_t len);
 CRAWL_API crawl_walk_status crawl_print_trace(int fd, unsigned flags);
 /* The same from a saved context (a signal handler's). */
 CRAWL_API crawl_walk_status crawl_print_trace_context(const ucontext_t *uc, int fd, unsigned flags);
+
+/* ---- the CFI cache (precise walks) -----------------------------------------
+ * Precise walks apply rules compiled from each module's DWARF CFI (through
+ * libdw) at a few loads per frame, asking libunwind only for what a rule
+ * cannot express (signal frames, DWARF expressions). Rules are filled on
+ * first use in normal context; a signal-safe walk never fills, and uses
+ * only rules of modules that were loaded at start-up and cannot be
+ * unloaded (others go to libunwind). Unloading code (dlclose) flushes the
+ * rules at the next normal-context walk. */
+
+/* Read the CFI of every loaded module now (the cold cost of the first
+ * precise walks: seconds of DWARF parsing for large programs). The number
+ * of modules with CFI, or -1. Not signal-safe. */
+CRAWL_API int crawl_cfi_cache_warm(void);
+/* Steps served by a cached rule, rule look-ups that missed, and steps
+ * handed to libunwind. Any argument may be NULL. Async-signal-safe. */
+CRAWL_API void crawl_cfi_cache_stats(unsigned long *hits, unsigned long *misses,
+                                     unsigned long *fallbacks);
 
 /* 1 if precise (DWARF CFI) walking is available, i.e. libunwind was found. */
 CRAWL_API int crawl_walk_precise_available(void);

@@ -1,0 +1,382 @@
+/* The compiled CFI cache: precise unwinding at a few loads per frame.
+ *
+ * Each return address maps to a rule reduced from the module's DWARF CFI
+ * (read through elfutils libdwfl/libdw): CFA = rsp+N or rbp+N, the return
+ * address at CFA+a, the caller's rbp at CFA+b or unchanged. Anything else
+ * (signal frames, DWARF expressions, CFAs from other registers) is
+ * recorded as "ask libunwind". Rules live in a direct-mapped table read
+ * lock-free (a slot's key is re-read around its rule, so a slot being
+ * rewritten reads as a miss) and filled in normal context under a mutex.
+ *
+ * Unloading code invalidates rules: every normal-context walk compares
+ * glibc's load/unload counters (dl_iterate_phdr's dlpi_adds/dlpi_subs) and
+ * flushes the table when something was unloaded. A signal handler cannot
+ * make that check, so signal-safe walks use only rules of modules that
+ * were loaded when crawl initialised and were part of the program from its
+ * start: those can never be unloaded. */
+#include <dwarf.h>
+#include <elfutils/libdwfl.h>
+#include <link.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "stackwalk/internal.h"
+
+/* rule word: cfa_off:32 | ra_off:12 | fp_off:12 | flags:8 */
+enum {
+    R_VALID = SW_CFI_VALID,              /* a rule we can apply */
+    R_LIBUNWIND = 1u << 1,               /* known: ask libunwind */
+    R_CFA_FP = SW_CFI_CFA_FP,            /* CFA from rbp, else rsp */
+    R_FP_SAVED = SW_CFI_FP_SAVED,        /* caller's rbp at CFA+fp_off, else unchanged */
+    R_PERMANENT = SW_CFI_PERMANENT,      /* the module can never be unloaded */
+};
+
+typedef sw_cfi_slot slot;                /* key: pc, or return address - 1 */
+#define SLOT_BITS SW_CFI_SLOT_BITS
+#define SLOTS (1u << SLOT_BITS)
+
+static _Atomic(slot *) table;
+static pthread_mutex_t fill_lock = PTHREAD_MUTEX_INITIALIZER;
+static Dwfl *session;
+static unsigned long seen_adds, seen_subs;
+static atomic_ulong misses, fallbacks, exited_hits; /* hits: per thread (no shared line) */
+
+/* modules that cannot go away (see above) */
+#define MAX_PERMANENT 64
+static struct { uintptr_t lo, hi; } permanent[MAX_PERMANENT];
+static int npermanent;
+
+static char *debuginfo_path;
+static const Dwfl_Callbacks callbacks = {
+    .find_elf = dwfl_linux_proc_find_elf,
+    .find_debuginfo = dwfl_standard_find_debuginfo,
+    .debuginfo_path = &debuginfo_path,
+};
+
+static slot *table_get(void);
+
+sw_cfi_slot *sw_cfi_table(void)
+{
+    return table_get();
+}
+
+static slot *table_get(void)
+{
+    slot *t = atomic_load_explicit(&table, memory_order_acquire);
+    if (t)
+        return t;
+    slot *fresh = mmap(NULL, SLOTS * sizeof(slot), PROT_READ | PROT_WRITE,
+                       MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (fresh == MAP_FAILED)
+        return NULL;
+    if (atomic_compare_exchange_strong(&table, &t, fresh))
+        return fresh;
+    munmap(fresh, SLOTS * sizeof(slot));
+    return t;
+}
+
+static inline slot *slot_for(slot *t, uintptr_t key)
+{
+    uint64_t h = key * 0x9E3779B97F4A7C15u;
+    return &t[h >> (64 - SLOT_BITS)];
+}
+
+/* ---- the load generation ------------------------------------------------- */
+
+typedef struct counters {
+    unsigned long adds, subs;
+    int objects;
+} counters;
+
+static int read_counters(struct dl_phdr_info *info, size_t size, void *arg)
+{
+    counters *c = arg;
+    if (size >= offsetof(struct dl_phdr_info, dlpi_subs) + sizeof info->dlpi_subs) {
+        c->adds = info->dlpi_adds;
+        c->subs = info->dlpi_subs;
+    }
+    c->objects++;
+    return 0;
+}
+
+static int record_module(struct dl_phdr_info *info, size_t size, void *arg)
+{
+    (void)size, (void)arg;
+    for (int i = 0; i < info->dlpi_phnum && npermanent < MAX_PERMANENT; i++) {
+        const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
+        if (ph->p_type == PT_LOAD && (ph->p_flags & PF_X)) {
+            permanent[npermanent].lo = info->dlpi_addr + ph->p_vaddr;
+            permanent[npermanent].hi = info->dlpi_addr + ph->p_vaddr + ph->p_memsz;
+            npermanent++;
+        }
+    }
+    return 0;
+}
+
+/* When crawl initialises before any object was ever unloaded and while
+ * every loaded object is still the one loaded first (adds == objects), the
+ * modules present are the program's own and its startup libraries (or
+ * crawl's own dlopen'ed group, which can only go away with crawl). */
+__attribute__((constructor)) static void find_permanent_modules(void)
+{
+    counters c = {0, 0, 0};
+    dl_iterate_phdr(read_counters, &c);
+    seen_adds = c.adds;
+    seen_subs = c.subs;
+    if (c.subs == 0 && c.adds == (unsigned long)c.objects)
+        dl_iterate_phdr(record_module, NULL);
+}
+
+static int is_permanent(uintptr_t pc)
+{
+    for (int i = 0; i < npermanent; i++)
+        if (pc >= permanent[i].lo && pc < permanent[i].hi)
+            return 1;
+    return 0;
+}
+
+void sw_cfi_check_generation(void)
+{
+    counters c = {0, 0, 0};
+    dl_iterate_phdr(read_counters, &c);
+    if (c.adds == seen_adds && c.subs == seen_subs)
+        return;
+    pthread_mutex_lock(&fill_lock);
+    if (c.subs != seen_subs) {           /* something was unloaded: no rule can be trusted */
+        slot *t = atomic_load(&table);
+        if (t)
+            for (unsigned i = 0; i < SLOTS; i++)
+                atomic_store_explicit(&t[i].key, 0, memory_order_release);
+    }
+    if (session) {                       /* the module list changed either way */
+        dwfl_end(session);
+        session = NULL;
+    }
+    seen_adds = c.adds;
+    seen_subs = c.subs;
+    pthread_mutex_unlock(&fill_lock);
+}
+
+/* ---- reducing CFI to a rule -------------------------------------------------- */
+
+/* "CFA + constant" as libdw spells it: call_frame_cfa, then plus_uconst. */
+static int cfa_offset(const Dwarf_Op *ops, size_t n, int64_t *off)
+{
+    if (n < 1 || ops[0].atom != DW_OP_call_frame_cfa)
+        return -1;
+    if (n == 1) {
+        *off = 0;
+        return 0;
+    }
+    if (n == 2 && ops[1].atom == DW_OP_plus_uconst) {
+        *off = (int64_t)ops[1].number;
+        return 0;
+    }
+    return -1;
+}
+
+static Dwfl *get_session(void)
+{
+    if (!session) {
+        session = dwfl_begin(&callbacks);
+        if (session) {
+            dwfl_report_begin(session);
+            if (dwfl_linux_proc_report(session, getpid()) != 0 ||
+                dwfl_report_end(session, NULL, NULL) != 0) {
+                dwfl_end(session);
+                session = NULL;
+            }
+        }
+    }
+    return session;
+}
+
+static uint64_t compute_rule(uintptr_t addr)
+{
+    Dwfl *d = get_session();
+    Dwfl_Module *m = d ? dwfl_addrmodule(d, addr) : NULL;
+    if (!m && d) {                       /* loaded since the session was built */
+        dwfl_end(session);
+        session = NULL;
+        d = get_session();
+        m = d ? dwfl_addrmodule(d, addr) : NULL;
+    }
+    Dwarf_Addr bias;
+    Dwarf_CFI *cfi = m ? dwfl_module_eh_cfi(m, &bias) : NULL;
+    Dwarf_Frame *frame = NULL;
+    if (!cfi || dwarf_cfi_addrframe(cfi, addr - bias, &frame) != 0)
+        return R_LIBUNWIND;
+    uint64_t rule = R_LIBUNWIND;
+    Dwarf_Addr start, end;
+    bool signal_frame;
+    Dwarf_Op *ops, mem[3];
+    size_t n;
+    int64_t ra_off, fp_off = 0;
+    if (dwarf_frame_info(frame, &start, &end, &signal_frame) < 0 || signal_frame)
+        goto out;
+    if (dwarf_frame_cfa(frame, &ops, &n) != 0 || n != 1)
+        goto out;
+    unsigned reg;
+    int64_t cfa_off;
+    if (ops[0].atom >= DW_OP_breg0 && ops[0].atom <= DW_OP_breg31)
+        reg = ops[0].atom - DW_OP_breg0, cfa_off = (int64_t)ops[0].number;
+    else if (ops[0].atom == DW_OP_bregx)
+        reg = (unsigned)ops[0].number, cfa_off = (int64_t)ops[0].number2;
+    else
+        goto out;
+    if ((reg != 7 && reg != 6) || cfa_off < INT32_MIN || cfa_off > INT32_MAX)
+        goto out;                        /* DWARF 7 is rsp, 6 is rbp */
+    if (dwarf_frame_register(frame, 16, mem, &ops, &n) != 0 || cfa_offset(ops, n, &ra_off) != 0)
+        goto out;                        /* 16: the return address */
+    if (dwarf_frame_register(frame, 6, mem, &ops, &n) != 0)
+        goto out;
+    int fp_saved;
+    if (n == 0 && ops == NULL)
+        fp_saved = 0;                    /* same value */
+    else if (cfa_offset(ops, n, &fp_off) == 0)
+        fp_saved = 1;
+    else
+        goto out;                        /* undefined, or an expression */
+    if (ra_off < -2048 || ra_off > 2047 || fp_off < -2048 || fp_off > 2047)
+        goto out;
+    rule = (uint64_t)(uint32_t)(int32_t)cfa_off | ((uint64_t)(ra_off & 0xfff) << 32) |
+           ((uint64_t)(fp_off & 0xfff) << 44) |
+           ((uint64_t)(R_VALID | (reg == 6 ? R_CFA_FP : 0) | (fp_saved ? R_FP_SAVED : 0)) << 56);
+out:
+    free(frame);
+    return rule;
+}
+
+static int64_t field12(uint64_t rule, int shift)
+{
+    return sw_cfi_field12(rule, shift);
+}
+
+/* ---- the step ----------------------------------------------------------------- */
+
+static uint64_t fill(slot *s, uintptr_t key);
+
+uint64_t sw_cfi_miss(uintptr_t key, int signal_safe)
+{
+    atomic_fetch_add_explicit(&misses, 1, memory_order_relaxed);
+    slot *t = table_get();
+    if (signal_safe || !t)
+        return 0;
+    return fill(slot_for(t, key), key);
+}
+
+static uint64_t fill(slot *s, uintptr_t key)
+{
+    pthread_mutex_lock(&fill_lock);
+    uint64_t rule = compute_rule(key);
+    if (is_permanent(key))
+        rule |= (uint64_t)R_PERMANENT << 56;
+    atomic_store_explicit(&s->key, 0, memory_order_release);
+    atomic_store_explicit(&s->rule, rule, memory_order_release);
+    atomic_store_explicit(&s->key, key, memory_order_release);
+    pthread_mutex_unlock(&fill_lock);
+    return rule;
+}
+
+/* The rule for key, or 0. signal_safe: no fill, and only permanent rules. */
+static uint64_t lookup(uintptr_t key, int signal_safe)
+{
+    slot *t = table_get();
+    if (!t)
+        return 0;
+    slot *s = slot_for(t, key);
+    if (atomic_load_explicit(&s->key, memory_order_acquire) == key) {
+        uint64_t rule = atomic_load_explicit(&s->rule, memory_order_acquire);
+        if (atomic_load_explicit(&s->key, memory_order_acquire) == key &&
+            (!signal_safe || ((rule >> 56) & R_PERMANENT))) {
+            crawl__self()->cfi_hits++;
+            return rule;
+        }
+    }
+    atomic_fetch_add_explicit(&misses, 1, memory_order_relaxed);
+    if (signal_safe)
+        return 0;
+    return fill(s, key);
+}
+
+int sw_step_cfi(sw_cursor *c, int signal_safe)
+{
+    uintptr_t key = c->exact ? c->regs.ip : c->regs.ip - 1;
+    uint64_t rule = lookup(key, signal_safe);
+    unsigned flags = (unsigned)(rule >> 56);
+    if (!(flags & R_VALID)) {
+        atomic_fetch_add_explicit(&fallbacks, 1, memory_order_relaxed);
+        return SW_ASK_LIBUNWIND;
+    }
+    uintptr_t base = (flags & R_CFA_FP) ? c->regs.fp : c->regs.sp;
+    uintptr_t cfa = base + (uintptr_t)(int64_t)(int32_t)(uint32_t)rule;
+    uintptr_t ra_at = cfa + (uintptr_t)field12(rule, 32);
+    if (!sw_in_stack(c, ra_at, sizeof(uintptr_t)) || !sw_in_stack(c, cfa, 1) ||
+        !sw_progress(c, c->regs.sp, cfa))
+        return SW_CORRUPT;
+    uintptr_t fp = c->regs.fp;
+    if (flags & R_FP_SAVED) {
+        uintptr_t fp_at = cfa + (uintptr_t)field12(rule, 44);
+        if (!sw_in_stack(c, fp_at, sizeof(uintptr_t)))
+            return SW_CORRUPT;
+        fp = *(const uintptr_t *)fp_at;
+    }
+    uintptr_t ip = *(const uintptr_t *)ra_at;
+    if (ip == 0)
+        return SW_END;
+    c->regs.ip = ip;
+    c->regs.sp = cfa;
+    c->regs.fp = fp;
+    c->exact = 0;
+    c->need_init = 1;                    /* libunwind, if asked next, starts from here */
+    return SW_OK;
+}
+
+static void add_hits(crawl__thread *th, void *sum)
+{
+    *(unsigned long *)sum += th->cfi_hits;
+}
+
+void sw_cfi_count_fallback(void)
+{
+    atomic_fetch_add_explicit(&fallbacks, 1, memory_order_relaxed);
+}
+
+void crawl_cfi_cache_stats(unsigned long *hit, unsigned long *miss, unsigned long *fallback)
+{
+    if (hit) {
+        unsigned long sum = atomic_load(&exited_hits);
+        crawl__threads_foreach(add_hits, &sum);   /* approximate while others walk */
+        *hit = sum;
+    }
+    if (miss)
+        *miss = atomic_load(&misses);
+    if (fallback)
+        *fallback = atomic_load(&fallbacks);
+}
+
+static int touch_cfi(Dwfl_Module *m, void **userdata, const char *name, Dwarf_Addr start,
+                     void *arg)
+{
+    (void)userdata, (void)name, (void)start;
+    Dwarf_Addr bias;
+    if (dwfl_module_eh_cfi(m, &bias))
+        ++*(int *)arg;
+    return DWARF_CB_OK;
+}
+
+int crawl_cfi_cache_warm(void)
+{
+    sw_cfi_check_generation();
+    pthread_mutex_lock(&fill_lock);
+    int modules = 0;
+    Dwfl *d = get_session();
+    if (d)
+        dwfl_getmodules(d, touch_cfi, &modules, 0);
+    pthread_mutex_unlock(&fill_lock);
+    return d ? modules : -1;
+}

@@ -1,0 +1,260 @@
+/* The compiled CFI cache returns exactly the frames (pc and sp) that
+ * libunwind's unw_step does: through libc, libffi, a signal frame, code
+ * built without frame pointers, and dlopen'ed code replaced by other code
+ * at the same address. */
+#define _GNU_SOURCE
+#include "../support.h"
+
+#include <crawl/ffi.h>
+#include <dlfcn.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct frames {
+    uintptr_t ip[256], sp[256];
+    unsigned n;
+    crawl_walk_status st;
+} frames;
+
+static crawl_action keep(const crawl_cf *cf, void *ctx)
+{
+    frames *f = ctx;
+    if (crawl_cf_kind(cf) != CRAWL_CF_NATIVE)
+        return CRAWL_CONTINUE;
+    f->ip[f->n] = crawl_cf_ip(cf);
+    f->sp[f->n] = crawl_cf_sp(cf);
+    return ++f->n < 256 ? CRAWL_CONTINUE : CRAWL_ABORT;
+}
+
+static frames cached, plain;
+static int compared;
+
+/* Both walks start here, so both lists start in this function (at
+ * different call sites): compare from the caller on. */
+NOINLINE static void walk_both(void)
+{
+    memset(&cached, 0, sizeof cached);
+    memset(&plain, 0, sizeof plain);
+    cached.st = crawl_walk(keep, &cached, 0);
+    plain.st = crawl_walk(keep, &plain, CRAWL_WALK_NO_CFI_CACHE);
+    __asm__ volatile("" ::: "memory");
+}
+
+static void expect_same(const char *what)
+{
+    compared++;
+    int same = cached.st == plain.st && cached.n == plain.n && cached.n > 3;
+    for (unsigned i = 1; same && i < cached.n; i++)
+        same = cached.ip[i] == plain.ip[i] && cached.sp[i] == plain.sp[i];
+    if (!same) {
+        fprintf(stderr, "%s: cached %u frames (status %d), libunwind %u (status %d)\n", what,
+                cached.n, cached.st, plain.n, plain.st);
+        for (unsigned i = 0; i < cached.n || i < plain.n; i++)
+            fprintf(stderr, "  #%u  %#lx/%#lx   %#lx/%#lx\n", i, (unsigned long)cached.ip[i],
+                    (unsigned long)cached.sp[i], (unsigned long)plain.ip[i],
+                    (unsigned long)plain.sp[i]);
+        fail_msg("%s: the cached walk differs from libunwind's", what);
+    }
+}
+
+/* ---- through libc ----------------------------------------------------------------- */
+
+static int cmp_walk(const void *a, const void *b)
+{
+    static int once;
+    if (!once++)
+        walk_both();
+    return (*(const int *)a > *(const int *)b) - (*(const int *)a < *(const int *)b);
+}
+
+static void test_libc(void **state)
+{
+    (void)state;
+    int v[32];
+    for (int round = 0; round < 2; round++) {   /* cold, then warm */
+        for (int i = 0; i < 32; i++)
+            v[i] = (i * 7) % 32;
+        *(volatile int *)&v[0] = v[0];
+        static int *once_reset;
+        (void)once_reset;
+        qsort(v, 32, sizeof v[0], cmp_walk);
+        expect_same(round ? "qsort (warm)" : "qsort (cold)");
+        int key = 9;
+        walk_both();                             /* bsearch calls back too */
+        int *hit = bsearch(&key, v, 32, sizeof v[0], cmp_walk);
+        assert_non_null(hit);
+    }
+    unsigned long hits, misses, fallbacks;
+    crawl_cfi_cache_stats(&hits, &misses, &fallbacks);
+    assert_true(hits > 0 && misses > 0);
+}
+
+static int bsearch_walked;
+static int cmp_walk_every(const void *a, const void *b)
+{
+    if (!bsearch_walked++)
+        walk_both();
+    return (*(const int *)a > *(const int *)b) - (*(const int *)a < *(const int *)b);
+}
+
+static void test_bsearch(void **state)
+{
+    (void)state;
+    int v[64], key = 41;
+    for (int i = 0; i < 64; i++)
+        v[i] = i;
+    bsearch_walked = 0;
+    assert_non_null(bsearch(&key, v, 64, sizeof v[0], cmp_walk_every));
+    expect_same("bsearch");
+}
+
+/* ---- through libffi's trampolines -------------------------------------------------- */
+
+static void ffi_handler(const crawl_ffi_closure *c, crawl_ffi_value *ret,
+                        const crawl_ffi_value *args, void *user)
+{
+    (void)c, (void)args, (void)user;
+    walk_both();
+    ret->i = 0;
+}
+
+static void test_libffi(void **state)
+{
+    (void)state;
+    char err[256];
+    crawl_ffi_closure *cl = crawl_ffi_closure_new("i(pp)", ffi_handler, NULL, NULL, err, sizeof err);
+    assert_non_null(cl);
+    crawl_ffi_fn *qs = crawl_ffi_open(NULL, "qsort", "v(pzzp)", err, sizeof err);
+    assert_non_null(qs);
+    int v[2] = {2, 1};
+    crawl_ffi_value args[4] = {{.p = v}, {.z = 2}, {.z = sizeof(int)}, {.p = crawl_ffi_closure_code(cl)}};
+    crawl_ffi_call(qs, NULL, args);
+    expect_same("libffi closure called by qsort through ffi_call");
+    crawl_ffi_free(qs);
+    crawl_ffi_closure_free(cl);
+}
+
+/* ---- through a signal frame --------------------------------------------------------- */
+
+static void on_usr1(int sig)
+{
+    (void)sig;
+    walk_both();                         /* crosses the kernel's signal trampoline */
+}
+
+NOINLINE static void raise_here(void)
+{
+    raise(SIGUSR1);
+    __asm__ volatile("" ::: "memory");
+}
+
+static void test_signal_frame(void **state)
+{
+    (void)state;
+    struct sigaction sa = {.sa_handler = on_usr1}, old;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGUSR1, &sa, &old);
+    for (int i = 0; i < 2; i++) {
+        raise_here();
+        expect_same("signal handler");
+    }
+    sigaction(SIGUSR1, &old, NULL);
+}
+
+/* ---- code without frame pointers, randomly mixed ------------------------------------- */
+
+typedef void (*step_fn)(unsigned depth);
+void nofp_small(unsigned depth);
+void nofp_big(unsigned depth);
+void nofp_rbp_busy(unsigned depth);
+
+NOINLINE static void fp_small(unsigned depth);
+NOINLINE static void fp_big(unsigned depth);
+
+static unsigned rng;
+static step_fn choice[64];
+
+NOINLINE static void bottom(unsigned depth)
+{
+    (void)depth;
+    walk_both();
+}
+
+step_fn cfi_pick(unsigned depth)
+{
+    return depth == 0 ? bottom : choice[depth % 64];
+}
+
+NOINLINE static void fp_small(unsigned depth)
+{
+    cfi_pick(depth)(depth - 1);
+    __asm__ volatile("" ::: "memory");
+}
+
+NOINLINE static void fp_big(unsigned depth)
+{
+    volatile char pad[120];
+    pad[0] = (char)depth;
+    cfi_pick(depth)(depth - 1);
+    __asm__ volatile("" : : "r"(pad) : "memory");
+}
+
+static void test_random_chains(void **state)
+{
+    (void)state;
+    static const step_fn kinds[5] = {nofp_small, nofp_big, nofp_rbp_busy, fp_small, fp_big};
+    rng = 2026;
+    for (int chain = 0; chain < 300; chain++) {
+        for (int i = 0; i < 64; i++) {
+            rng = rng * 1103515245u + 12345u;
+            choice[i] = kinds[(rng >> 16) % 5];
+        }
+        unsigned depth = 5 + (rng >> 8) % 60;
+        cfi_pick(depth + 1)(depth);
+        char what[64];
+        snprintf(what, sizeof what, "random chain %d (depth %u)", chain, depth);
+        expect_same(what);
+    }
+}
+
+/* ---- dlopen'ed code, unloaded and replaced ------------------------------------------ */
+
+static void test_dlopen_replaced(void **state)
+{
+    (void)state;
+    uintptr_t first_at = 0;
+    for (int round = 0; round < 4; round++) {
+        const char *lib = round % 2 ? PLUGIN_B : PLUGIN_A;
+        void *h = dlopen(lib, RTLD_NOW | RTLD_LOCAL);
+        assert_non_null(h);
+        void (*call)(void (*)(void)) = (void (*)(void (*)(void)))dlsym(h, "plugin_call");
+        assert_non_null(call);
+        if (!first_at)
+            first_at = (uintptr_t)call;
+        print_message("round %d: %s at %p%s\n", round, round % 2 ? "B" : "A", (void *)call,
+                      (uintptr_t)call == first_at ? " (the same address)" : "");
+        call(walk_both);
+        char what[64];
+        snprintf(what, sizeof what, "plugin %s, round %d", round % 2 ? "B" : "A", round);
+        expect_same(what);
+        dlclose(h);
+    }
+}
+
+int main(void)
+{
+    crawl_thread_attach();
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_libc),
+        cmocka_unit_test(test_bsearch),
+        cmocka_unit_test(test_libffi),
+        cmocka_unit_test(test_signal_frame),
+        cmocka_unit_test(test_random_chains),
+        cmocka_unit_test(test_dlopen_replaced),
+    };
+    int rc = cmocka_run_group_tests_name("cfi-cache", tests, NULL, NULL);
+    print_message("compared %d walks with libunwind's\n", compared);
+    return rc;
+}
