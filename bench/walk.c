@@ -251,6 +251,52 @@ __attribute__((noinline)) static void descend(unsigned level, int with_frames, i
     time_here(with_frames, d, scale);
 }
 
+/* ---- precise walks through a mix of frames with and without frame pointers */
+
+double bench_mix_nofp(unsigned level);
+double bench_mix_descend(unsigned level);
+static int (*mix_fn)(void);
+static double mix_result;
+
+static const struct {
+    const char *name;
+    int (*fn)(void);
+} mix_methods[] = {
+    {"crawl_walk precise", crawl_precise},
+    {"crawl_backtrace precise", crawl_bt_precise},
+    {"libunwind unw_backtrace", libunwind_backtrace},
+    {"libunwind unw_step loop", libunwind_step_loop},
+};
+#define NMIX (sizeof mix_methods / sizeof mix_methods[0])
+static double mix_ns[NMIX][3];
+
+/* Alternate: this function keeps a frame pointer, bench_mix_nofp does not. */
+__attribute__((noinline)) double bench_mix_descend(unsigned level)
+{
+    if (level > 0) {
+        double r = level % 2 ? bench_mix_nofp(level - 1) : bench_mix_descend(level - 1);
+        guard += level;
+        return r;
+    }
+    double b[BATCHES];
+    unsigned reps = (mix_fn == libunwind_backtrace ? 2000000 : 200000) / depth + 1;
+    if (mix_fn == libunwind_step_loop)
+        reps = 40000 / depth + 1;
+    if ((unsigned)mix_fn() != depth) {
+        fprintf(stderr, "mixed recursion: a method unwound fewer than %u frames\n", depth);
+        exit(1);
+    }
+    for (int k = 0; k < BATCHES; k++) {
+        double t0 = now_ns();
+        for (unsigned r = 0; r < reps; r++)
+            mix_fn();
+        b[k] = (now_ns() - t0) / reps / depth;
+    }
+    qsort(b, BATCHES, sizeof b[0], cmp_double);
+    mix_result = b[BATCHES / 2];
+    return 0;
+}
+
 static void load_libunwind(void)
 {
     void *h = dlopen("libunwind.so.8", RTLD_NOW | RTLD_LOCAL);
@@ -284,6 +330,14 @@ int main(int argc, char **argv)
     static const unsigned depths[3] = {8, 32, 128};
     load_libunwind();
     crawl_thread_attach();
+    /* cold start: the first precise walk reads CFI; the second finds rules */
+    uintptr_t pcs[64];
+    double t0 = now_ns();
+    int cold_n = crawl_backtrace(pcs, 64, 0);
+    double cold = now_ns() - t0;
+    t0 = now_ns();
+    crawl_backtrace(pcs, 64, 0);
+    double warm = now_ns() - t0;
     printf("bench/walk: ns per frame, median of %d batches (backtrace from %s, "
            "_Unwind_Backtrace from %s)\n\n",
            BATCHES, module_of((void *)backtrace), module_of((void *)_Unwind_Backtrace));
@@ -293,10 +347,30 @@ int main(int argc, char **argv)
         descend(depth + 2, 0, d, scale);
         descend(depth + 2, 1, d, scale);
     }
+    for (int d = 0; d < 3; d++) {
+        depth = depths[d];
+        for (unsigned i = 0; i < NMIX; i++) {
+            mix_fn = mix_methods[i].fn;
+            bench_mix_descend(depth + 2);
+            mix_ns[i][d] = mix_result;
+        }
+    }
     printf("%-40s %10s %10s %10s\n", "method", "depth 8", "depth 32", "depth 128");
     for (unsigned i = 0; i < NMETHODS; i++)
         printf("%-40s %10.2f %10.2f %10.2f\n", methods[i].name, methods[i].ns[0],
                methods[i].ns[1], methods[i].ns[2]);
+    printf("\nprecise walks through frames alternately with and without frame pointers:\n");
+    for (unsigned i = 0; i < NMIX; i++)
+        printf("%-40s %10.2f %10.2f %10.2f\n", mix_methods[i].name, mix_ns[i][0], mix_ns[i][1],
+               mix_ns[i][2]);
+    for (unsigned i = 0; i < 2; i++)
+        for (unsigned r = 2; r < 4; r++)
+            printf("%-40s / %-24s %7.2fx %9.2fx %9.2fx\n", mix_methods[i].name, mix_methods[r].name,
+                   mix_ns[i][0] / mix_ns[r][0], mix_ns[i][1] / mix_ns[r][1],
+                   mix_ns[i][2] / mix_ns[r][2]);
+    printf("\ncold start: first precise crawl_backtrace (%d frames, from main) %.0f us; "
+           "the next %.2f us\n",
+           cold_n, cold / 1000, warm / 1000);
     printf("\nratios (lower is faster)\n");
     const method *bare = &methods[0], *unwbt = &methods[8];
     for (unsigned i = 1; i <= 7; i++)

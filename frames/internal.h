@@ -3,6 +3,7 @@
 #define CRAWL_FRAMES_INTERNAL_H
 
 #include <crawl/frames.h>
+#include <stdatomic.h>
 #include <sys/types.h>
 
 /* Per-thread state. initial-exec TLS: reading it never allocates or takes
@@ -28,6 +29,9 @@ static inline crawl__thread *crawl__self(void) { return &crawl__tls; }
 /* Call fn for every attached thread, without a lock: only while the other
  * attached threads are stopped or cannot attach or detach. */
 void crawl__threads_foreach(void (*fn)(crawl__thread *th, void *ctx), void *ctx);
+
+/* CFI-cache hits of threads that have exited (their counters are gone). */
+extern atomic_ulong crawl__exited_cfi_hits;
 
 /* Attach the calling thread if needed; 0 or a negative errno. */
 int crawl__ensure_attached(crawl__thread *th);

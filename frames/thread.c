@@ -15,6 +15,7 @@ static pthread_mutex_t registry_lock = PTHREAD_MUTEX_INITIALIZER;
 static crawl__thread *registry_head;
 static pthread_key_t exit_key;
 static atomic_uint next_seq;
+atomic_ulong crawl__exited_cfi_hits;
 static pthread_once_t exit_key_once = PTHREAD_ONCE_INIT;
 
 /* The registry is changed under registry_lock, one atomic pointer store at

@@ -43,7 +43,7 @@ static _Atomic(slot *) table;
 static pthread_mutex_t fill_lock = PTHREAD_MUTEX_INITIALIZER;
 static Dwfl *session;
 static unsigned long seen_adds, seen_subs;
-static atomic_ulong misses, fallbacks, exited_hits; /* hits: per thread (no shared line) */
+static atomic_ulong misses, fallbacks;  /* hits are counted per thread: no shared line */
 
 /* modules that cannot go away (see above) */
 #define MAX_PERMANENT 64
@@ -103,6 +103,13 @@ static int read_counters(struct dl_phdr_info *info, size_t size, void *arg)
     return 0;
 }
 
+/* The counters are the same in every callback: stop at the first. */
+static int read_counters_once(struct dl_phdr_info *info, size_t size, void *arg)
+{
+    read_counters(info, size, arg);
+    return 1;
+}
+
 static int record_module(struct dl_phdr_info *info, size_t size, void *arg)
 {
     (void)size, (void)arg;
@@ -142,7 +149,7 @@ static int is_permanent(uintptr_t pc)
 void sw_cfi_check_generation(void)
 {
     counters c = {0, 0, 0};
-    dl_iterate_phdr(read_counters, &c);
+    dl_iterate_phdr(read_counters_once, &c);
     if (c.adds == seen_adds && c.subs == seen_subs)
         return;
     pthread_mutex_lock(&fill_lock);
@@ -349,7 +356,7 @@ void sw_cfi_count_fallback(void)
 void crawl_cfi_cache_stats(unsigned long *hit, unsigned long *miss, unsigned long *fallback)
 {
     if (hit) {
-        unsigned long sum = atomic_load(&exited_hits);
+        unsigned long sum = atomic_load(&crawl__exited_cfi_hits);
         crawl__threads_foreach(add_hits, &sum);   /* approximate while others walk */
         *hit = sum;
     }

@@ -4,6 +4,7 @@
 
 #define UNW_LOCAL_ONLY
 #include <libunwind.h>
+#include <stdatomic.h>
 
 #include <crawl/stackwalk.h>
 
@@ -165,9 +166,9 @@ static inline int sw_cfi_step(const sw_cursor *c, sw_cfi_slot *table, unsigned l
     uintptr_t key = exact ? *ip : *ip - 1;
     sw_cfi_slot *slot = &table[(key * 0x9E3779B97F4A7C15u) >> (64 - SW_CFI_SLOT_BITS)];
     uint64_t rule = 0;
-    if (__atomic_load_n(&slot->key, __ATOMIC_ACQUIRE) == key) {
-        rule = __atomic_load_n(&slot->rule, __ATOMIC_ACQUIRE);
-        if (__atomic_load_n(&slot->key, __ATOMIC_ACQUIRE) != key ||
+    if (atomic_load_explicit(&slot->key, memory_order_acquire) == key) {
+        rule = atomic_load_explicit(&slot->rule, memory_order_acquire);
+        if (atomic_load_explicit(&slot->key, memory_order_acquire) != key ||
             (c->signal_safe && !((rule >> 56) & SW_CFI_PERMANENT)))
             rule = 0;
         else

@@ -110,8 +110,10 @@ CRAWL_API unsigned crawl_cf_depth(const crawl_cf *cf);
 /* CRAWL_CF_* bits. */
 CRAWL_API unsigned crawl_cf_flags(const crawl_cf *cf);
 /* Registers of the frame: for native and JIT frames ip/sp/fp are always
- * set, the callee-saved ones only in precise mode; a transition Frame's
- * saved registers. NULL for other Frames and VM activations. */
+ * set; the callee-saved ones only for frames libunwind unwound (precise
+ * walks use the CFI cache, which tracks ip/sp/fp, and ask libunwind only
+ * for what it cannot express); a transition Frame's saved registers. NULL
+ * for other Frames and VM activations. */
 CRAWL_API const crawl_regs *crawl_cf_regs(const crawl_cf *cf);
 /* The VM activation (CRAWL_CF_VM), else NULL. */
 CRAWL_API const crawl_vm_frame *crawl_cf_vm_frame(const crawl_cf *cf);

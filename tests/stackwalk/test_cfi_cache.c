@@ -243,6 +243,57 @@ static void test_dlopen_replaced(void **state)
     }
 }
 
+/* ---- signal-safe walks: only rules that cannot go stale ------------------------- */
+
+NOINLINE static void walk_both_signal_safe(void)
+{
+    memset(&cached, 0, sizeof cached);
+    memset(&plain, 0, sizeof plain);
+    cached.st = crawl_walk(keep, &cached, CRAWL_WALK_SIGNAL_SAFE);
+    plain.st = crawl_walk(keep, &plain, CRAWL_WALK_SIGNAL_SAFE | CRAWL_WALK_NO_CFI_CACHE);
+    __asm__ volatile("" ::: "memory");
+}
+
+static void (*in_handler)(void);
+static void on_usr2(int sig)
+{
+    (void)sig;
+    in_handler();
+}
+
+static void plugin_target(void)
+{
+    raise(SIGUSR2);
+}
+
+static void test_signal_safe_walks(void **state)
+{
+    (void)state;
+    struct sigaction sa = {.sa_handler = on_usr2}, old;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGUSR2, &sa, &old);
+    in_handler = walk_both_signal_safe;
+    walk_both();                          /* fills rules for this program's frames */
+    unsigned long hits0, misses0, fb0, hits1, misses1, fb1;
+    crawl_cfi_cache_stats(&hits0, &misses0, &fb0);
+    raise(SIGUSR2);
+    crawl_cfi_cache_stats(&hits1, &misses1, &fb1);
+    expect_same("signal-safe walk in a handler");
+    assert_true(hits1 > hits0);           /* this program's rules were used */
+
+    /* a dlopen'ed module may be unloaded: its frames go to libunwind */
+    void *h = dlopen(PLUGIN_A, RTLD_NOW | RTLD_LOCAL);
+    void (*call)(void (*)(void)) = (void (*)(void (*)(void)))dlsym(h, "plugin_call");
+    call(walk_both);                      /* a normal walk fills its rule */
+    crawl_cfi_cache_stats(NULL, NULL, &fb0);
+    call(plugin_target);                  /* then a signal-safe walk through it */
+    crawl_cfi_cache_stats(NULL, NULL, &fb1);
+    expect_same("signal-safe walk through a dlopen'ed module");
+    assert_true(fb1 > fb0);
+    dlclose(h);
+    sigaction(SIGUSR2, &old, NULL);
+}
+
 int main(void)
 {
     crawl_thread_attach();
@@ -253,6 +304,7 @@ int main(void)
         cmocka_unit_test(test_signal_frame),
         cmocka_unit_test(test_random_chains),
         cmocka_unit_test(test_dlopen_replaced),
+        cmocka_unit_test(test_signal_safe_walks),
     };
     int rc = cmocka_run_group_tests_name("cfi-cache", tests, NULL, NULL);
     print_message("compared %d walks with libunwind's\n", compared);
