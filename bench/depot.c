@@ -12,6 +12,7 @@
 #include <string.h>
 #include <time.h>
 #include <xxhash.h>
+#include "bench.h"
 
 #define FRAMES 32
 #define BATCHES 9
@@ -20,19 +21,6 @@ static uintptr_t (*traces)[FRAMES];      /* stored */
 static uintptr_t (*fresh)[FRAMES];       /* never stored before the miss batch */
 static unsigned ntraces, nfresh_used;
 static volatile uint64_t sink;
-
-static double now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec * 1e9 + ts.tv_nsec;
-}
-
-static int cmp(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
 
 static void make(uintptr_t *t, unsigned i, unsigned salt)
 {
@@ -109,8 +97,7 @@ static double median_parallel(int what, int threads)
         }
         b[k] = worst;
     }
-    qsort(b, BATCHES, sizeof b[0], cmp);
-    return b[BATCHES / 2];
+    return bench_median(b, BATCHES);
 }
 
 static double miss_ns(void)
@@ -124,8 +111,7 @@ static double miss_ns(void)
         b[k] = (now_ns() - t0) / N;
         nfresh_used += N;
     }
-    qsort(b, BATCHES, sizeof b[0], cmp);
-    return b[BATCHES / 2];
+    return bench_median(b, BATCHES);
 }
 
 int main(void)

@@ -13,23 +13,11 @@ static inline int no_check(const void *p, size_t n, int w) { return (void)p, (vo
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include "bench.h"
 
 #define LIVE 1024
 #define OPS 200000
 #define BATCHES 9
-
-static double now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec * 1e9 + ts.tv_nsec;
-}
-
-static int cmp(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
 
 typedef struct heap {
     void *(*alloc)(size_t);
@@ -81,8 +69,7 @@ static double median(const heap *h)
     double b[BATCHES];
     for (int k = 0; k < BATCHES; k++)
         b[k] = run(h);
-    qsort(b, BATCHES, sizeof b[0], cmp);
-    return b[BATCHES / 2];
+    return bench_median(b, BATCHES);
 }
 
 int main(int argc, char **argv)

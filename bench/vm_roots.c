@@ -8,6 +8,7 @@
 #include <time.h>
 
 #include "vm/vm.h"
+#include "bench.h"
 
 static unsigned long sink;
 
@@ -20,19 +21,6 @@ static void count_root(void **slot, unsigned flags, const crawl_cf *cf, void *ct
 
 /* called through a pointer, as crawl calls it */
 static void (*volatile root_fn)(void **, unsigned, const crawl_cf *, void *) = count_root;
-
-static double now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec * 1e9 + ts.tv_nsec;
-}
-
-static int cmp(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
 
 static value b_time_roots(vm_state *vm, int argc, value *argv)
 {
@@ -61,13 +49,12 @@ static value b_time_roots(vm_state *vm, int argc, value *argv)
         }
         plain_ns[b] = (now_ns() - t0) / REPS / (double)roots;
     }
-    qsort(crawl_ns, BATCHES, sizeof(double), cmp);
-    qsort(plain_ns, BATCHES, sizeof(double), cmp);
+    double crawl_med = bench_median(crawl_ns, BATCHES), plain_med = bench_median(plain_ns, BATCHES);
     printf("bench/vm_roots: %lu roots at %u nested calls\n", roots, vm->nci);
-    printf("  crawl_enum_roots      %6.2f ns per root (median of %d)\n", crawl_ns[BATCHES / 2],
+    printf("  crawl_enum_roots      %6.2f ns per root (median of %d)\n", crawl_med,
            BATCHES);
-    printf("  direct loop, no Frames %5.2f ns per root (same callback, same slots)\n", plain_ns[BATCHES / 2]);
-    printf("  ratio                 %6.2fx\n", crawl_ns[BATCHES / 2] / plain_ns[BATCHES / 2]);
+    printf("  direct loop, no Frames %5.2f ns per root (same callback, same slots)\n", plain_med);
+    printf("  ratio                 %6.2fx\n", crawl_med / plain_med);
     return V_NIL;
 }
 

@@ -17,6 +17,7 @@
 #include <unwind.h>
 #define UNW_LOCAL_ONLY
 #include <libunwind.h>
+#include "bench.h"
 
 #define BATCHES 21
 #define MAX_DEPTH 128
@@ -175,19 +176,6 @@ static method methods[] = {
 };
 #define NMETHODS (sizeof methods / sizeof methods[0])
 
-static double now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec * 1e9 + ts.tv_nsec;
-}
-
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
 static crawl_frame_type bench_frame_type = {.name = "bench"};
 
 static unsigned reps_for(const method *m)
@@ -227,8 +215,7 @@ static void time_here(int with_frames, int d, unsigned scale)
     for (unsigned i = 0; i < NMETHODS; i++) {
         if (methods[i].with_frames != with_frames)
             continue;
-        qsort(batch[i], BATCHES, sizeof batch[i][0], cmp_double);
-        methods[i].ns[d] = batch[i][BATCHES / 2];
+        methods[i].ns[d] = bench_median(batch[i], BATCHES);
     }
 }
 
@@ -292,8 +279,7 @@ __attribute__((noinline)) double bench_mix_descend(unsigned level)
             mix_fn();
         b[k] = (now_ns() - t0) / reps / depth;
     }
-    qsort(b, BATCHES, sizeof b[0], cmp_double);
-    mix_result = b[BATCHES / 2];
+    mix_result = bench_median(b, BATCHES);
     return 0;
 }
 
