@@ -258,11 +258,6 @@ out:
     return rule;
 }
 
-static int64_t field12(uint64_t rule, int shift)
-{
-    return sw_cfi_field12(rule, shift);
-}
-
 /* ---- the step ----------------------------------------------------------------- */
 
 static uint64_t fill(slot *s, uintptr_t key);
@@ -289,58 +284,23 @@ static uint64_t fill(slot *s, uintptr_t key)
     return rule;
 }
 
-/* The rule for key, or 0. signal_safe: no fill, and only permanent rules. */
-static uint64_t lookup(uintptr_t key, int signal_safe)
+/* One step of the per-frame walk (sw_step) by the cached rule; the batch
+ * walk in walk.c calls sw_cfi_step itself. */
+int sw_step_cfi(sw_cursor *c)
 {
     slot *t = table_get();
-    if (!t)
-        return 0;
-    slot *s = slot_for(t, key);
-    if (atomic_load_explicit(&s->key, memory_order_acquire) == key) {
-        uint64_t rule = atomic_load_explicit(&s->rule, memory_order_acquire);
-        if (atomic_load_explicit(&s->key, memory_order_acquire) == key &&
-            (!signal_safe || ((rule >> 56) & R_PERMANENT))) {
-            crawl__self()->cfi_hits++;
-            return rule;
-        }
+    unsigned long hits = 0;
+    int st = t ? sw_cfi_step(c, t, &hits, &c->regs.ip, &c->regs.sp, &c->regs.fp, (int)c->exact)
+               : SW_ASK_LIBUNWIND;
+    if (hits)
+        crawl__self()->cfi_hits += hits;
+    if (st == SW_ASK_LIBUNWIND) {
+        sw_cfi_count_fallback();
+    } else if (st == SW_OK) {
+        c->exact = 0;
+        c->need_init = 1;                /* libunwind, if asked next, starts from here */
     }
-    atomic_fetch_add_explicit(&misses, 1, memory_order_relaxed);
-    if (signal_safe)
-        return 0;
-    return fill(s, key);
-}
-
-int sw_step_cfi(sw_cursor *c, int signal_safe)
-{
-    uintptr_t key = c->exact ? c->regs.ip : c->regs.ip - 1;
-    uint64_t rule = lookup(key, signal_safe);
-    unsigned flags = (unsigned)(rule >> 56);
-    if (!(flags & R_VALID)) {
-        atomic_fetch_add_explicit(&fallbacks, 1, memory_order_relaxed);
-        return SW_ASK_LIBUNWIND;
-    }
-    uintptr_t base = (flags & R_CFA_FP) ? c->regs.fp : c->regs.sp;
-    uintptr_t cfa = base + (uintptr_t)(int64_t)(int32_t)(uint32_t)rule;
-    uintptr_t ra_at = cfa + (uintptr_t)field12(rule, 32);
-    if (!sw_in_stack(c, ra_at, sizeof(uintptr_t)) || !sw_in_stack(c, cfa, 1) ||
-        !sw_progress(c, c->regs.sp, cfa))
-        return SW_CORRUPT;
-    uintptr_t fp = c->regs.fp;
-    if (flags & R_FP_SAVED) {
-        uintptr_t fp_at = cfa + (uintptr_t)field12(rule, 44);
-        if (!sw_in_stack(c, fp_at, sizeof(uintptr_t)))
-            return SW_CORRUPT;
-        fp = *(const uintptr_t *)fp_at;
-    }
-    uintptr_t ip = *(const uintptr_t *)ra_at;
-    if (ip == 0)
-        return SW_END;
-    c->regs.ip = ip;
-    c->regs.sp = cfa;
-    c->regs.fp = fp;
-    c->exact = 0;
-    c->need_init = 1;                    /* libunwind, if asked next, starts from here */
-    return SW_OK;
+    return st;
 }
 
 static void add_hits(crawl__thread *th, void *sum)

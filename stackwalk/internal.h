@@ -83,8 +83,8 @@ int sw_step_fp(sw_cursor *c);
 int sw_step_dwarf(sw_cursor *c);
 int sw_step_rule(sw_cursor *c, const crawl_code_range *r);
 /* cfi_cache.c: one step by a cached CFI rule; SW_ASK_LIBUNWIND when the
- * rule is not a simple one or (signal_safe) not known to be safe to use. */
-int sw_step_cfi(sw_cursor *c, int signal_safe);
+ * rule is not a simple one or (c->signal_safe) not known to be safe to use. */
+int sw_step_cfi(sw_cursor *c);
 
 /* Flush rules if a module was unloaded since the last check (normal context). */
 void sw_cfi_check_generation(void);

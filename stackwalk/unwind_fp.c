@@ -91,7 +91,7 @@ int sw_step(sw_cursor *c)
     if (!c->dwarf)
         return sw_step_fp(c);
     if (c->cfi) {
-        int st = sw_step_cfi(c, c->signal_safe);
+        int st = sw_step_cfi(c);
         if (st != SW_ASK_LIBUNWIND)
             return st;
     }
