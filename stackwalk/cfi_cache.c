@@ -11,9 +11,9 @@
  * Unloading code invalidates rules: every normal-context walk compares
  * glibc's load/unload counters (dl_iterate_phdr's dlpi_adds/dlpi_subs) and
  * flushes the table when something was unloaded. A signal handler cannot
- * make that check, so signal-safe walks use only rules of modules that
- * were loaded when crawl initialised and were part of the program from its
- * start: those can never be unloaded. */
+ * make that check, so signal-safe walks use only rules of modules that can
+ * never be unloaded: the program and the libraries it was linked against
+ * (see find_permanent_modules). */
 #include <dwarf.h>
 #include <elfutils/libdwfl.h>
 #include <link.h>
@@ -89,9 +89,9 @@ static inline slot *slot_for(slot *t, uintptr_t key)
 
 typedef struct counters {
     unsigned long adds, subs;
-    int objects;
 } counters;
 
+/* The counters are the same in every callback: stop at the first. */
 static int read_counters(struct dl_phdr_info *info, size_t size, void *arg)
 {
     counters *c = arg;
@@ -99,43 +99,123 @@ static int read_counters(struct dl_phdr_info *info, size_t size, void *arg)
         c->adds = info->dlpi_adds;
         c->subs = info->dlpi_subs;
     }
-    c->objects++;
-    return 0;
-}
-
-/* The counters are the same in every callback: stop at the first. */
-static int read_counters_once(struct dl_phdr_info *info, size_t size, void *arg)
-{
-    read_counters(info, size, arg);
     return 1;
 }
 
-static int record_module(struct dl_phdr_info *info, size_t size, void *arg)
+/* The modules that can never be unloaded are the program, the libraries it
+ * was linked against (the DT_NEEDED closure from the program; the dynamic
+ * linker is in it through libc) and the vDSO. Libraries loaded with
+ * dlopen, LD_PRELOAD'ed ones (kept out to stay on the safe side) and
+ * libcrawl itself when it was dlopen'ed are not: their frames go to
+ * libunwind in signal-safe walks. */
+#define MAX_MODULES 256
+typedef struct module {
+    uintptr_t base;
+    const ElfW(Phdr) *phdr;
+    int phnum;
+    const char *path;
+    const ElfW(Dyn) *dyn;
+    int keep;
+} module;
+
+typedef struct module_list {
+    module m[MAX_MODULES];
+    int n;
+} module_list;
+
+static int collect_module(struct dl_phdr_info *info, size_t size, void *arg)
 {
-    (void)size, (void)arg;
-    for (int i = 0; i < info->dlpi_phnum && npermanent < MAX_PERMANENT; i++) {
-        const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
-        if (ph->p_type == PT_LOAD && (ph->p_flags & PF_X)) {
-            permanent[npermanent].lo = info->dlpi_addr + ph->p_vaddr;
-            permanent[npermanent].hi = info->dlpi_addr + ph->p_vaddr + ph->p_memsz;
-            npermanent++;
-        }
-    }
+    (void)size;
+    module_list *ms = arg;
+    if (ms->n == MAX_MODULES)
+        return 1;
+    module *m = &ms->m[ms->n++];
+    *m = (module){.base = info->dlpi_addr, .phdr = info->dlpi_phdr, .phnum = info->dlpi_phnum,
+                  .path = info->dlpi_name ? info->dlpi_name : ""};
+    for (int i = 0; i < m->phnum; i++)
+        if (m->phdr[i].p_type == PT_DYNAMIC)
+            m->dyn = (const ElfW(Dyn) *)(m->base + m->phdr[i].p_vaddr);
     return 0;
 }
 
-/* When crawl initialises before any object was ever unloaded and while
- * every loaded object is still the one loaded first (adds == objects), the
- * modules present are the program's own and its startup libraries (or
- * crawl's own dlopen'ed group, which can only go away with crawl). */
+/* The string table of m's dynamic section. ld.so relocates DT_STRTAB in
+ * place for the objects it loads, not in the vDSO's read-only one. */
+static const char *dyn_strtab(const module *m)
+{
+    for (const ElfW(Dyn) *d = m->dyn; d && d->d_tag != DT_NULL; d++)
+        if (d->d_tag == DT_STRTAB)
+            return (const char *)(d->d_un.d_ptr < m->base ? m->base + d->d_un.d_ptr
+                                                          : d->d_un.d_ptr);
+    return NULL;
+}
+
+static int module_is_named(const module *m, const char *name)
+{
+    const char *strtab = dyn_strtab(m);
+    for (const ElfW(Dyn) *d = m->dyn; strtab && d->d_tag != DT_NULL; d++)
+        if (d->d_tag == DT_SONAME && strcmp(strtab + d->d_un.d_val, name) == 0)
+            return 1;
+    const char *slash = strrchr(m->path, '/');
+    return strcmp(slash ? slash + 1 : m->path, name) == 0;
+}
+
+/* Marks what m needs; 1 if that marked a module not marked before. The
+ * first module of a name wins: dl_iterate_phdr lists the program's own
+ * namespace first, dlmopen'ed copies after it. */
+static int keep_needed(module_list *ms, const module *m)
+{
+    const char *strtab = dyn_strtab(m);
+    int grew = 0;
+    for (const ElfW(Dyn) *d = m->dyn; strtab && d->d_tag != DT_NULL; d++) {
+        if (d->d_tag != DT_NEEDED)
+            continue;
+        for (int i = 0; i < ms->n; i++)
+            if (module_is_named(&ms->m[i], strtab + d->d_un.d_val)) {
+                grew |= !ms->m[i].keep;
+                ms->m[i].keep = 1;
+                break;
+            }
+    }
+    return grew;
+}
+
+static void record_module(const module *m)
+{
+    for (int i = 0; i < m->phnum && npermanent < MAX_PERMANENT; i++) {
+        const ElfW(Phdr) *ph = &m->phdr[i];
+        if (ph->p_type == PT_LOAD && (ph->p_flags & PF_X)) {
+            permanent[npermanent].lo = m->base + ph->p_vaddr;
+            permanent[npermanent].hi = m->base + ph->p_vaddr + ph->p_memsz;
+            npermanent++;
+        }
+    }
+}
+
 __attribute__((constructor)) static void find_permanent_modules(void)
 {
-    counters c = {0, 0, 0};
+    counters c = {0, 0};
     dl_iterate_phdr(read_counters, &c);
     seen_adds = c.adds;
     seen_subs = c.subs;
-    if (c.subs == 0 && c.adds == (unsigned long)c.objects)
-        dl_iterate_phdr(record_module, NULL);
+    module_list *ms = calloc(1, sizeof *ms); /* 12 KiB: neither bss nor the loader's stack */
+    if (!ms)
+        return;                          /* nothing is permanent: signal-safe walks use libunwind */
+    dl_iterate_phdr(collect_module, ms);
+    if (ms->n)
+        ms->m[0].keep = 1;               /* the program comes first */
+    for (int i = 0; i < ms->n; i++)
+        if (strncmp(ms->m[i].path, "linux-vdso", 10) == 0)
+            ms->m[i].keep = 1;
+    for (int grew = 1; grew;) {
+        grew = 0;
+        for (int i = 0; i < ms->n; i++)
+            if (ms->m[i].keep)
+                grew |= keep_needed(ms, &ms->m[i]);
+    }
+    for (int i = 0; i < ms->n; i++)
+        if (ms->m[i].keep)
+            record_module(&ms->m[i]);
+    free(ms);
 }
 
 static int is_permanent(uintptr_t pc)
@@ -148,8 +228,8 @@ static int is_permanent(uintptr_t pc)
 
 void sw_cfi_check_generation(void)
 {
-    counters c = {0, 0, 0};
-    dl_iterate_phdr(read_counters_once, &c);
+    counters c = {0, 0};
+    dl_iterate_phdr(read_counters, &c);
     if (c.adds == seen_adds && c.subs == seen_subs)
         return;
     pthread_mutex_lock(&fill_lock);

@@ -194,8 +194,8 @@ CRAWL_API crawl_walk_status crawl_print_trace_context(const ucontext_t *uc, int 
  * libdw) at a few loads per frame, asking libunwind only for what a rule
  * cannot express (signal frames, DWARF expressions). Rules are filled on
  * first use in normal context; a signal-safe walk never fills, and uses
- * only rules of modules that were loaded at start-up and cannot be
- * unloaded (others go to libunwind). Unloading code (dlclose) flushes the
+ * only rules of modules that cannot be unloaded: the program, the libraries
+ * it was linked against, the vDSO (others go to libunwind). Unloading code (dlclose) flushes the
  * rules at the next normal-context walk. */
 
 /* Read the CFI of every loaded module now (the cold cost of the first
