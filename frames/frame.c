@@ -63,7 +63,7 @@ static inline int push_is_plain(const crawl__thread *th, const crawl_frame *f,
 {
     uintptr_t a = (uintptr_t)f;
     return th->attached && a - th->stack_lo <= th->stack_hi - th->stack_lo - sizeof *f &&
-           f != th->top &&
+           !(a & (sizeof(void *) - 1)) && f != th->top &&
            (type == th->types[0] || type == th->types[1] || type == th->types[2] ||
             type == th->types[3]) &&
            type;
@@ -98,6 +98,9 @@ __attribute__((noinline, cold)) static void link_frame(crawl__thread *th, crawl_
                      "(a heap Frame, or another thread's?)",
                      crawl__type_name(type), (void *)f, (void *)th->stack_lo,
                      (void *)th->stack_hi);
+    if ((uintptr_t)f & (sizeof(void *) - 1))
+        crawl__fatal("crawl_frame_push of '%s' Frame %p: misaligned (Frames are pointer-aligned)",
+                     crawl__type_name(type), (void *)f);
     if (f == th->top)
         crawl__fatal("crawl_frame_push of '%s' Frame %p: it is already the top Frame",
                      crawl__type_name(type), (void *)f);
@@ -147,7 +150,7 @@ __attribute__((noinline, cold, noreturn)) static void pop_mismatch(const crawl__
 void crawl_frame_pop(crawl_frame *f)
 {
     crawl__thread *th = crawl__self();
-    if (__builtin_expect(th->top != f, 0))
+    if (__builtin_expect(th->top != f || !f, 0))
         pop_mismatch(th, f);
     th->top = f->next;
     atomic_signal_fence(memory_order_release);

@@ -12,8 +12,9 @@
  * async-signal-safe on an attached thread (the chain is published with a
  * signal fence, so a handler on the same thread sees it consistent).
  * crawl_thread_attach/detach are not (they read /proc and take a lock).
- * Allocation: none, except crawl_thread_attach (glibc's pthread_getattr_np
- * may allocate for the main thread).
+ * Allocation: none, except crawl_thread_attach, and so a thread's first
+ * push, which attaches implicitly (glibc's pthread_getattr_np allocates, and
+ * the registry takes a lock).
  */
 #ifndef CRAWL_FRAMES_H
 #define CRAWL_FRAMES_H
@@ -91,7 +92,13 @@ CRAWL_API int crawl_thread_attach(void);
 
 /* Detach the calling thread. Its Frame chain must be empty: detaching with
  * Frames still pushed is API misuse and stops the process with one line.
- * A thread that exits while attached is detached automatically. */
+ * A thread that exits while attached is detached automatically, by a
+ * thread-specific-data destructor; Frames still pushed then are dropped.
+ * Until that destructor runs (pthread_exit and cancellation unwind the
+ * stack first, and earlier destructors run before it) those Frames point
+ * into a stack being reused, and a collector enumerating every thread's
+ * roots in that window finds a corrupt chain: pop Frames before a thread
+ * exits (crawl_frame_unwind_to in a pthread_cleanup_push handler). */
 CRAWL_API void crawl_thread_detach(void);
 
 /* 1 if the calling thread is attached, else 0. Async-signal-safe. */
@@ -104,12 +111,12 @@ CRAWL_API int crawl_thread_stack_bounds(uintptr_t *lo, uintptr_t *hi);
 /* Link f (which lives in the caller's stack frame) on top of the calling
  * thread's chain with the given type. Stops the process with one line if
  * type is NULL, if f is not on this thread's stack (a heap Frame, another
- * thread's) or if f is already the top Frame. Attaches implicitly (that
+ * thread's), not pointer-aligned, or already the top Frame. Attaches implicitly (that
  * first push is not async-signal-safe). */
 CRAWL_API void crawl_frame_push(crawl_frame *f, const crawl_frame_type *type);
 
-/* Unlink f, which must be the top Frame; otherwise the process stops with
- * one line naming both Frames' types. */
+/* Unlink f, which must be the top Frame; otherwise (NULL, an empty chain,
+ * another Frame) the process stops with one line naming both Frames' types. */
 CRAWL_API void crawl_frame_pop(crawl_frame *f);
 
 /* Pop every Frame newer than keep (keep stays on top; NULL empties the

@@ -7,9 +7,11 @@
  * push-roots callback. GCPROTECT (after CoreCLR's GCPROTECT_BEGIN) protects
  * C locals.
  *
- * Signal safety and allocation: nothing here allocates or locks; enum_roots
- * hooks run inside a collection (Boehm: with the allocation lock held and
- * the world stopped) and must not allocate from the collector either.
+ * Signal safety and allocation: nothing here allocates or locks (but a
+ * GCPROTECT push on a thread not yet attached attaches it: see frames.h);
+ * enum_roots hooks run inside a collection (Boehm: with the allocation lock
+ * held and the world stopped) and must not allocate from the collector
+ * either.
  */
 #ifndef CRAWL_GCROOTS_H
 #define CRAWL_GCROOTS_H

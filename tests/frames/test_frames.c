@@ -22,17 +22,23 @@ static void test_attach_is_idempotent(void **state)
     assert_true(lo < here && here < hi);
 }
 
+/* Runs on its own thread: cmocka's asserts must stay on the main one, so it
+ * returns the number of the first check that failed, or 0. */
 static void *attach_detach_thread(void *arg)
 {
     (void)arg;
-    assert_false(crawl_thread_is_attached());
-    assert_int_equal(crawl_thread_stack_bounds(NULL, NULL), -ENOENT);
+    if (crawl_thread_is_attached())
+        return (void *)1;
+    if (crawl_thread_stack_bounds(NULL, NULL) != -ENOENT)
+        return (void *)2;
     label_frame f = {.label = "t"};
     crawl_frame_push(&f.frame, &t_label_type);     /* attaches implicitly */
-    assert_true(crawl_thread_is_attached());
+    if (!crawl_thread_is_attached())
+        return (void *)3;
     crawl_frame_pop(&f.frame);
     crawl_thread_detach();
-    assert_false(crawl_thread_is_attached());
+    if (crawl_thread_is_attached())
+        return (void *)4;
     crawl_thread_detach();                          /* harmless twice */
     return NULL;
 }
@@ -41,8 +47,10 @@ static void test_push_attaches_and_detach(void **state)
 {
     (void)state;
     pthread_t t;
+    void *failed = (void *)-1;
     assert_int_equal(pthread_create(&t, NULL, attach_detach_thread, NULL), 0);
-    assert_int_equal(pthread_join(t, NULL), 0);
+    assert_int_equal(pthread_join(t, &failed), 0);
+    assert_ptr_equal(failed, NULL);
 }
 
 static void test_push_pop_top(void **state)
@@ -192,6 +200,25 @@ static void transition_with_bad_type(void)
     crawl_transition_push(&t, &no_regs_type);
 }
 
+static void pop_null_empty(void)
+{
+    crawl_thread_attach();
+    crawl_frame_pop(NULL);
+}
+
+static void pop_null(void)
+{
+    crawl_frame f;
+    crawl_frame_push(&f, &t_plain_type);
+    crawl_frame_pop(NULL);
+}
+
+static void push_misaligned(void)
+{
+    struct { char c[24]; } raw __attribute__((aligned(16)));
+    crawl_frame_push((crawl_frame *)(void *)(raw.c + 1), &t_plain_type);
+}
+
 static void expect_abort(void (*fn)(void), const char *expected)
 {
     char out[2048];
@@ -218,18 +245,30 @@ static void test_misuse_is_fatal_with_one_line(void **state)
     expect_abort(push_other_threads_frame, "not on this thread's stack");
     expect_abort(push_null_type, "with a NULL type");
     expect_abort(pop_empty, "Frame chain is empty");
+    expect_abort(pop_null_empty, "crawl_frame_pop of '?' Frame (nil), but this thread's Frame chain is empty");
+    expect_abort(pop_null, "expected the top Frame 'plain' at ");
+    expect_abort(push_misaligned, "misaligned (Frames are pointer-aligned)");
     expect_abort(push_twice, "already the top Frame");
     expect_abort(detach_with_frames, "crawl_thread_detach with 1 Frame(s) still pushed (top 'plain'");
     expect_abort(transition_with_bad_type,
                  "crawl_transition_push with type 'not-a-transition': it needs CRAWL_FRAME_SAVES_REGS");
 }
 
-/* A thread that exits while attached leaves the registry; its Frames go with it. */
+/* A thread that exits while attached leaves the registry; its Frames go with
+ * it (pthread_exit with a GCPROTECT Frame still pushed). */
 static void *exit_attached(void *arg)
 {
-    (void)arg;
-    assert_int_equal(crawl_thread_attach(), 0);
-    return NULL;
+    void *local = arg;
+    void **slots[] = {&local};
+    crawl_gcprotect g;
+    crawl_gcprotect_push(&g, slots, 1);
+    pthread_exit(NULL);
+}
+
+static void count_root(void **slot, unsigned flags, const crawl_cf *cf, void *ctx)
+{
+    (void)slot, (void)flags, (void)cf;
+    ++*(unsigned *)ctx;
 }
 
 static void test_exit_while_attached(void **state)
@@ -237,8 +276,13 @@ static void test_exit_while_attached(void **state)
     (void)state;
     for (int i = 0; i < 50; i++) {
         pthread_t t;
-        assert_int_equal(pthread_create(&t, NULL, exit_attached, NULL), 0);
+        static int marker;
+        assert_int_equal(pthread_create(&t, NULL, exit_attached, &marker), 0);
         assert_int_equal(pthread_join(t, NULL), 0);
+        /* no thread but this one is left, and this one has no roots */
+        unsigned roots = 0;
+        assert_int_equal(crawl_enum_roots_all_threads(count_root, &roots, 0), CRAWL_WALK_DONE);
+        assert_int_equal(roots, 0);
     }
     assert_true(crawl_thread_is_attached());
 }
