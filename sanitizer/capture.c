@@ -7,12 +7,14 @@
 
 typedef struct capture {
     uintptr_t words[CRAWL_DEPOT_MAX_FRAMES];
-    unsigned n, max;
+    unsigned n;                          /* words used */
+    unsigned frames, max;                /* frames stored, and the most wanted */
 } capture;
 
 /* Frames that carry no script location (transition, entry) are left out by
  * CRAWL_WALK_FUNCTIONS_ONLY; VM activations and function Frames become
- * (tag | type, method, position) triples, JIT frames their method. */
+ * (tag | type, method, position) triples, JIT frames their method. A trace
+ * holds at most max frames and CRAWL_DEPOT_MAX_FRAMES words. */
 static crawl_action add_frame(const crawl_cf *cf, void *ctx)
 {
     capture *c = ctx;
@@ -25,20 +27,20 @@ static crawl_action add_frame(const crawl_cf *cf, void *ctx)
         break;
     case CRAWL_CF_VM:
     case CRAWL_CF_FRAME:
-        if (c->n + 3 > c->max)
+        if (c->n + 3 > CRAWL_DEPOT_MAX_FRAMES)
             return CRAWL_ABORT;
         c->words[c->n++] = CRAWL_DEPOT_VM | (uintptr_t)crawl_cf_frame(cf)->type;
         c->words[c->n++] = (uintptr_t)crawl_cf_method(cf);
         c->words[c->n++] = crawl_cf_kind(cf) == CRAWL_CF_VM ? crawl_cf_ip(cf) : 0;
         break;
     }
-    return c->n < c->max ? CRAWL_CONTINUE : CRAWL_ABORT;
+    return ++c->frames < c->max && c->n < CRAWL_DEPOT_MAX_FRAMES ? CRAWL_CONTINUE : CRAWL_ABORT;
 }
 
 uint32_t san_capture_at(const crawl_regs *from, unsigned max, unsigned flags)
 {
     capture c;
-    c.n = 0;
+    c.n = c.frames = 0;
     c.max = max < 1 ? 1 : max > CRAWL_DEPOT_MAX_FRAMES ? CRAWL_DEPOT_MAX_FRAMES : max;
     sw_walk(from, 0, 1, add_frame, &c,
             (flags & (CRAWL_WALK_FAST | CRAWL_WALK_SIGNAL_SAFE)) | CRAWL_WALK_FUNCTIONS_ONLY);
@@ -64,12 +66,15 @@ static int describe_activation(const uintptr_t *w, char *buf, size_t len)
                     (const void *)w[1]);
 }
 
-size_t san_format_trace(const uintptr_t *w, unsigned n, char *buf, size_t len)
+size_t san_format_trace(const uintptr_t *w, unsigned n, char *buf, size_t len, int *cut)
 {
     size_t used = 0;
     unsigned depth = 0;
     char text[700];
-    for (unsigned i = 0; i < n && used < len; depth++) {
+    *cut = 0;
+    if (len)
+        buf[0] = '\0';
+    for (unsigned i = 0; i < n; depth++) {
         int k;
         if (w[i] & CRAWL_DEPOT_VM) {
             if (i + 3 > n)
@@ -87,10 +92,14 @@ size_t san_format_trace(const uintptr_t *w, unsigned n, char *buf, size_t len)
                          (unsigned long)w[i], text);
             i++;
         }
-        if (k > 0)
-            used += (size_t)k;
+        if (k < 0 || (size_t)k >= len - used) {
+            buf[used] = '\0';           /* whole lines only */
+            *cut = 1;
+            break;
+        }
+        used += (size_t)k;
     }
-    return used < len ? used : len - 1;
+    return used;
 }
 
 void crawl_depot_print(uint32_t id, int fd)
@@ -98,7 +107,8 @@ void crawl_depot_print(uint32_t id, int fd)
     const uintptr_t *w;
     unsigned n = crawl_depot_get(id, &w);
     char buf[16384];
-    size_t used = n ? san_format_trace(w, n, buf, sizeof buf) : 0;
+    int cut;
+    size_t used = n ? san_format_trace(w, n, buf, sizeof buf, &cut) : 0;
     while (used) {
         ssize_t k = write(fd, buf, used);
         if (k <= 0)

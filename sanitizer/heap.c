@@ -32,9 +32,9 @@ enum { ST_LIVE = 0x4c697665u, ST_QUARANTINED = 0x51756172u };
 typedef struct chunk {                   /* right before the user bytes */
     uint32_t state;
     uint32_t alloc_stack, free_stack;
-    uint32_t cls;
-    uint16_t alloc_tid, free_tid;
-    uint32_t left;                       /* bytes from chunk start to user */
+    uint32_t alloc_tid, free_tid;
+    uint16_t cls;                        /* < NCLASSES */
+    uint16_t left;                       /* bytes from chunk start to user (<= 2048) */
     size_t user_size;
 } chunk;
 _Static_assert(sizeof(chunk) == 32, "the header fills the last 32 bytes of the left redzone");
@@ -58,7 +58,8 @@ static size_t bump;
  * "freed" to a second free. */
 typedef struct quarantined {
     void *base;                          /* the chunk's start: no need to read it back */
-    uint32_t csize, cls;
+    size_t csize;                        /* up to 8 GiB (MAX_ALLOC plus redzones, rounded) */
+    unsigned cls;
 } quarantined;
 
 typedef struct ptr_stack {
@@ -197,9 +198,8 @@ static void *allocate(size_t size, const crawl_regs *caller)
     poison((uintptr_t)user, csize - left, SH_RIGHT);
     unpoison_user((uintptr_t)user, size);
     chunk *h = HDR(user);
-    *h = (chunk){.state = ST_LIVE, .alloc_stack = stack, .cls = cls,
-                 .alloc_tid = (uint16_t)san_thread_id(), .left = (uint32_t)left,
-                 .user_size = size};
+    *h = (chunk){.state = ST_LIVE, .alloc_stack = stack, .cls = (uint16_t)cls,
+                 .alloc_tid = san_thread_id(), .left = (uint16_t)left, .user_size = size};
     return user;
 }
 
@@ -212,10 +212,14 @@ static size_t chunk_size(const chunk *h)
     return c;
 }
 
-/* The chunk whose header is right before user, if it looks like one. */
+/* The chunk whose header is right before user, if it is one: the magic
+ * alone could be user data or a stale header inside another chunk, so the
+ * shadow must also say that a left redzone ends exactly at user. */
 static chunk *valid_header(uintptr_t user)
 {
     if (!crawl_heap_owns((void *)user) || (user & 15) || user - (uintptr_t)region < sizeof(chunk))
+        return NULL;
+    if (*shadow_of(user - GRANULE) != SH_LEFT || *shadow_of(user) == SH_LEFT)
         return NULL;
     chunk *h = HDR(user);
     if (h->state != ST_LIVE && h->state != ST_QUARANTINED)
@@ -245,8 +249,11 @@ static where locate(uintptr_t a)
     } else {
         while (g > lo && *shadow_of(g) == SH_RIGHT)
             g -= GRANULE;
-        while (g > lo && *shadow_of(g - GRANULE) != SH_LEFT)
-            g -= GRANULE;
+        if (*shadow_of(g) == SH_LEFT)
+            g += GRANULE;                /* a malloc(0) chunk: user starts where this ends */
+        else
+            while (g > lo && *shadow_of(g - GRANULE) != SH_LEFT)
+                g -= GRANULE;
     }
     chunk *h = g < hi ? valid_header(g) : NULL;
     if (h) {
@@ -322,7 +329,7 @@ static void shadow_dump(san_report *r, uintptr_t a)
         san_printf(r, "%s0x%012lx:", k == 0 ? "=>" : "  ", (unsigned long)(uintptr_t)line);
         for (int i = 0; i < 16; i++) {
             unsigned char *b = line + i;
-            char sep = b == bad ? '[' : b == bad + 1 ? ']' : ' ';
+            char sep = b == bad ? '[' : b == bad + 1 && i > 0 ? ']' : ' ';
             if (b < hi)
                 san_printf(r, "%c%02x", sep, *b);
         }
@@ -343,6 +350,8 @@ __attribute__((noinline)) static void report_access(const crawl_regs *entry, uin
                                                     size_t size, int is_write)
 {
     unsigned char s = *shadow_of(bad);
+    if (s > 0 && s < GRANULE)            /* past a granule's addressable prefix: what follows says */
+        s = *shadow_of(bad + GRANULE);
     const char *kind = s == SH_FREED ? "heap-use-after-free"
                        : s == SH_USER ? "use-after-poison"
                                       : "heap-buffer-overflow";
@@ -416,10 +425,10 @@ static void release(const crawl_regs *entry, void *p)
     }
     h->state = ST_QUARANTINED;
     h->free_stack = stack;
-    h->free_tid = (uint16_t)san_thread_id();
+    h->free_tid = san_thread_id();
     size_t csize = chunk_size(h);
     poison(u, (h->user_size + GRANULE - 1) / GRANULE * GRANULE, SH_FREED);   /* redzone stays */
-    if (ring_push((quarantined){(char *)p - h->left, (uint32_t)csize, h->cls}) == 0)
+    if (ring_push((quarantined){(char *)p - h->left, csize, h->cls}) == 0)
         quarantine_bytes += csize;
     /* else: out of memory for bookkeeping; the chunk is simply never reused */
     while (ring_count && quarantine_bytes > o->quarantine_bytes) {
@@ -507,21 +516,28 @@ int crawl_heap_check(const void *addr, size_t size, int is_write)
     return 0;
 }
 
+/* As AddressSanitizer's manual poisoning: whole granules change; in a
+ * partly covered last granule (the shadow can only say "the first k bytes
+ * are addressable"), poisoning takes the granule when it covers all its
+ * addressable bytes, and unpoisoning makes at least the covered bytes
+ * addressable. */
 static int poison_range(const void *addr, size_t size, int on)
 {
     uintptr_t a = (uintptr_t)addr;
     where w = locate(a);
-    if (!w.h || w.h->state != ST_LIVE || a < w.user || a + size > w.user + w.h->user_size ||
+    if (!w.h || w.h->state != ST_LIVE || a < w.user || size > w.user + w.h->user_size - a ||
         (a - w.user) % GRANULE)
         return -EINVAL;
-    /* whole granules; a partial last granule keeps the chunk's own encoding */
-    size_t whole = size / GRANULE * GRANULE;
-    if (on)
-        poison(a, whole, SH_USER);
-    else
-        memset(shadow_of(a), 0, whole / GRANULE);
-    if (!on && a + size == w.user + w.h->user_size)
-        unpoison_user(w.user, w.h->user_size);         /* restore the tail granule */
+    size_t whole = size / GRANULE * GRANULE, part = size % GRANULE;
+    memset(shadow_of(a), on ? SH_USER : 0, whole / GRANULE);
+    if (part) {
+        unsigned char *sh = shadow_of(a + whole);
+        int prefix = *sh == 0 ? GRANULE : *sh < GRANULE ? *sh : 0;   /* addressable bytes */
+        if (on && prefix && prefix <= (int)part)
+            *sh = SH_USER;
+        else if (!on && prefix < (int)part)
+            *sh = (unsigned char)part;
+    }
     return 0;
 }
 

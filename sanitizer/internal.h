@@ -26,8 +26,10 @@ void san_depot_set_budget(size_t bytes);
  * (a public entry point captures its own: inlining below it cannot shift
  * the first frame), into the depot. */
 uint32_t san_capture_at(const crawl_regs *from, unsigned max, unsigned flags);
-/* One line per word of a stored trace, in the ASan frame shape, into buf. */
-size_t san_format_trace(const uintptr_t *frames, unsigned n, char *buf, size_t len);
+/* One line per frame of a stored trace, in the ASan frame shape, into buf:
+ * whole lines only, NUL-terminated; *cut is set when one did not fit.
+ * Returns the bytes written. */
+size_t san_format_trace(const uintptr_t *frames, unsigned n, char *buf, size_t len, int *cut);
 
 /* report.c */
 typedef struct san_report san_report;   /* a report being built (fixed buffer) */

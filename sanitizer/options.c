@@ -8,19 +8,31 @@
 #include <sys/auxv.h>
 #include <unistd.h>
 
+#include <stdatomic.h>
+
 #include "sanitizer/internal.h"
 
 /* Programs may define it to set their defaults. */
 __attribute__((weak)) const char *crawl_default_options(void);
 
-static san_options opts = {
+
+/* The options in effect: an immutable snapshot, replaced whole by each
+ * successful set, so a reader on another thread (a malloc in flight) sees
+ * one consistent set. Old snapshots stay allocated, chained from the newest:
+ * a reader may still hold one. */
+typedef struct snapshot {
+    san_options o;
+    const struct snapshot *older;
+} snapshot;
+static const snapshot first = {.o = {
     .halt_on_error = 1,
     .malloc_context_size = 30,
     .quarantine_bytes = (size_t)64 << 20,
     .redzone = 16,
     .fast_unwind_on_malloc = 1,
     .depot_budget = (size_t)256 << 20,
-};
+}};
+static const snapshot *_Atomic current = &first;
 static pthread_once_t once = PTHREAD_ONCE_INIT;
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 
@@ -53,6 +65,8 @@ static int number(const char *v, size_t len, long lo, long hi, long *out)
     tmp[len] = '\0';
     char *end;
     errno = 0;
+    if (tmp[0] < '0' || tmp[0] > '9')
+        return -1;                       /* no sign, no blanks */
     long x = strtol(tmp, &end, 10);
     if (errno || *end || x < lo || x > hi)
         return -1;
@@ -113,14 +127,20 @@ static int apply(const char *s)
 {
     if (!s)
         return -EINVAL;
-    san_options o;
     int help = 0;
     pthread_mutex_lock(&lock);
-    o = opts;
+    const snapshot *old = atomic_load_explicit(&current, memory_order_relaxed);
+    san_options o = old->o;
     int rc = parse(s, &o, &help);
     if (rc == 0) {
-        opts = o;
-        san_depot_set_budget(o.depot_budget);
+        snapshot *n = malloc(sizeof *n);
+        if (n) {
+            *n = (snapshot){.o = o, .older = old};
+            atomic_store_explicit(&current, n, memory_order_release);
+            san_depot_set_budget(o.depot_budget);
+        } else {
+            rc = -ENOMEM;
+        }
     }
     pthread_mutex_unlock(&lock);
     if (rc == 0 && help) {
@@ -143,7 +163,7 @@ static void init(void)
 const san_options *san_opts(void)
 {
     pthread_once(&once, init);
-    return &opts;
+    return &atomic_load_explicit(&current, memory_order_acquire)->o;
 }
 
 int crawl_sanitizer_set_options(const char *options)
@@ -155,13 +175,11 @@ int crawl_sanitizer_set_options(const char *options)
 int crawl_sanitizer_get_options(char *buf, size_t len)
 {
     const san_options *o = san_opts();
-    pthread_mutex_lock(&lock);
     int n = snprintf(buf, len,
                      "halt_on_error=%d:log_path=%s:malloc_context_size=%u:quarantine_size_mb=%zu:"
                      "redzone=%u:fast_unwind_on_malloc=%d:depot_budget_mb=%zu",
                      o->halt_on_error, o->log_path[0] ? o->log_path : "stderr",
                      o->malloc_context_size, o->quarantine_bytes >> 20, o->redzone,
                      o->fast_unwind_on_malloc, o->depot_budget >> 20);
-    pthread_mutex_unlock(&lock);
     return n;
 }

@@ -17,6 +17,18 @@ struct san_report {
     size_t used;
 };
 
+/* Stacks stop short of the buffer's end by this much, so that the location,
+ * SUMMARY line and shadow dump that follow them always fit. */
+#define TAIL_RESERVE 8192
+static const char cut_line[] = "    ... (more frames: report text limit reached)\n";
+
+/* Room left for stack lines, 0 once a stack has been cut. */
+static size_t stack_room(const san_report *r)
+{
+    size_t end = sizeof r->text - TAIL_RESERVE;
+    return r->used < end ? end - r->used : 0;
+}
+
 static pthread_mutex_t report_lock = PTHREAD_MUTEX_INITIALIZER;
 static san_report the_report;
 static void (*callback)(const char *, void *);
@@ -72,14 +84,23 @@ void san_print_depot_trace(san_report *r, uint32_t id)
         san_printf(r, "    <stack not recorded (depot budget spent)>\n");
         return;
     }
-    r->used += san_format_trace(w, n, r->text + r->used, sizeof r->text - r->used);
+    int cut = 1;
+    size_t room = stack_room(r);
+    if (room)
+        r->used += san_format_trace(w, n, r->text + r->used, room, &cut);
+    if (cut)
+        san_printf(r, "%s", cut_line);
 }
 
 static crawl_action print_frame(const crawl_cf *cf, void *ctx)
 {
     san_report *r = ctx;
     char line[800];
-    crawl_cf_format(cf, line, sizeof line);
+    int n = crawl_cf_format(cf, line, sizeof line);
+    if (n < 0 || (size_t)n + 2 > stack_room(r)) {
+        san_printf(r, "%s", cut_line);
+        return CRAWL_ABORT;
+    }
     san_printf(r, "%s\n", line);
     return CRAWL_CONTINUE;
 }

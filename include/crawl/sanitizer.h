@@ -45,11 +45,14 @@ typedef struct crawl_depot_stats {
 } crawl_depot_stats;
 CRAWL_API void crawl_depot_get_stats(crawl_depot_stats *out);
 
-/* Capture the calling thread's mixed stack (from the caller, at most max
- * words) into the depot: native and JIT frames and VM/function
+/* Capture the calling thread's mixed stack (from the caller, at most
+ * max_frames frames, and at most CRAWL_DEPOT_MAX_FRAMES words: an activation
+ * takes 3) into the depot: native and JIT frames and VM/function
  * activations, in walk order. flags: CRAWL_WALK_FAST (the default for
- * allocation stacks) or 0 for precise. The id, or 0. Allocates nothing;
- * async-signal-safe with CRAWL_WALK_FAST | CRAWL_WALK_SIGNAL_SAFE. */
+ * allocation stacks) or 0 for precise. The id, or 0. With CRAWL_WALK_FAST
+ * it allocates nothing and, with CRAWL_WALK_SIGNAL_SAFE too, is
+ * async-signal-safe; a precise capture may allocate (libdw, libunwind)
+ * while filling the CFI cache. */
 CRAWL_API uint32_t crawl_depot_capture(unsigned max_frames, unsigned flags);
 
 /* Print trace id, one "    #N 0xPC in function file:line" (native) or
@@ -78,8 +81,12 @@ CRAWL_API void crawl_heap_free(void *p);
 CRAWL_API int crawl_heap_check(const void *addr, size_t size, int is_write);
 
 /* Mark [addr, addr+size) of a live chunk unaddressable (f7) / addressable
- * again, e.g. for an embedder's own sub-allocations. 0, or -EINVAL if the
- * range is not inside a live chunk. */
+ * again, e.g. for an embedder's own sub-allocations. addr must be 8-byte
+ * aligned relative to the chunk's start. As in AddressSanitizer, the shadow
+ * tracks 8-byte granules: a range ending inside a granule poisons that
+ * granule only if it covers all of its addressable bytes, and unpoisons at
+ * least the bytes it covers. 0, or -EINVAL if the range is not inside a live
+ * chunk or addr is misaligned. */
 CRAWL_API int crawl_heap_poison(const void *addr, size_t size);
 CRAWL_API int crawl_heap_unpoison(const void *addr, size_t size);
 
@@ -101,7 +108,10 @@ CRAWL_API int crawl_heap_owns(const void *p);
  *   depot_budget_mb=256     memory the stack depot may use
  *   help=1                  print these options
  * A malformed string or an unknown key or value prints one warning line
- * naming it, changes nothing, and returns a negative errno value. */
+ * naming it, changes nothing, and returns a negative errno value. Numbers
+ * are plain decimal digits. Thread-safe: the options change as a whole
+ * (heap calls on other threads see the old or the new set, never a mix);
+ * each successful call keeps about 0.6 KiB for the life of the process. */
 CRAWL_API int crawl_sanitizer_set_options(const char *options);
 
 /* The options in effect, as an options string (all keys but help).

@@ -230,6 +230,118 @@ static void test_poison(void **state)
     crawl_heap_free(p);
 }
 
+/* Manual poisoning follows AddressSanitizer: partial last granules, ranges
+ * that end the chunk, and sizes that would wrap. */
+static void test_poison_edges(void **state)
+{
+    (void)state;
+    char *p = crawl_heap_malloc(64);
+    unsigned long before = seen;
+    assert_int_equal(crawl_heap_poison(p, SIZE_MAX), -EINVAL);
+    assert_int_equal(crawl_heap_poison(p + 8, (size_t)-8), -EINVAL);
+    /* unpoisoning 12 bytes makes all 12 addressable, not only 8 */
+    assert_int_equal(crawl_heap_poison(p, 64), 0);
+    assert_int_equal(crawl_heap_unpoison(p, 12), 0);
+    assert_int_equal(crawl_heap_check(p + 8, 4, 0), 0);
+    assert_int_equal(seen, before);
+    assert_int_equal(crawl_heap_check(p + 12, 1, 0), 1);
+    expect_lines((const char *const[]){"use-after-poison on address ",
+                                       "is located 12 bytes inside of 64-byte region", NULL});
+    /* unpoisoning the range that ends the chunk leaves other ranges poisoned */
+    assert_int_equal(crawl_heap_unpoison(p, 64), 0);
+    assert_int_equal(crawl_heap_poison(p, 16), 0);
+    assert_int_equal(crawl_heap_poison(p + 48, 16), 0);
+    assert_int_equal(crawl_heap_unpoison(p + 48, 16), 0);
+    assert_int_equal(crawl_heap_check(p + 48, 16, 0), 0);
+    assert_int_equal(crawl_heap_check(p, 1, 0), 1);
+    assert_int_equal(seen, before + 2);
+    crawl_heap_free(p);
+    /* a 13-byte chunk: poisoning its last 5 bytes takes the tail granule,
+     * unpoisoning them gives back exactly 13 */
+    char *q = crawl_heap_malloc(13);
+    assert_int_equal(crawl_heap_poison(q + 8, 5), 0);
+    assert_int_equal(crawl_heap_check(q + 8, 1, 0), 1);
+    assert_int_equal(crawl_heap_unpoison(q + 8, 5), 0);
+    assert_int_equal(crawl_heap_check(q, 13, 0), 0);
+    assert_int_equal(crawl_heap_check(q + 13, 1, 0), 1);
+    expect_lines((const char *const[]){"heap-buffer-overflow", "is located 0 bytes after 13-byte region",
+                                       NULL});
+    assert_int_equal(seen, before + 4);
+    crawl_heap_free(q);
+}
+
+/* malloc(0) chunks are found like any other, and a chunk header is more
+ * than its magic: user data that copies one is not a chunk. */
+static void test_zero_size_and_forged_headers(void **state)
+{
+    (void)state;
+    char *z = script_alloc(0);
+    unsigned long before = seen;
+    assert_int_equal(crawl_heap_check(z, 1, 1), 1);
+    char l[200];
+    snprintf(l, sizeof l, "^%s is located 0 bytes after 0-byte region \\[%s,", addr(z), addr(z));
+    expect_lines((const char *const[]){"heap-buffer-overflow", l, "^allocated by thread T0 here:$",
+                                       "^    #0 in make_table prog\\.script:1$", NULL});
+    script_free(z);
+    /* a live chunk whose bytes copy the header of a chunk at p + 64 */
+    char *p = crawl_heap_malloc(256);
+    char *other = crawl_heap_malloc(8);
+    memcpy(p + 64 - 32, other - 32, 32);
+    crawl_heap_free(p + 64);
+    expect_lines((const char *const[]){"attempting free on address which was not malloc\\(\\)-ed",
+                                       "is located 64 bytes inside of 256-byte region", NULL});
+    assert_int_equal(seen, before + 2);
+    /* the heap never hands out memory inside the live chunk */
+    for (int i = 0; i < 64; i++) {
+        char *q = crawl_heap_malloc(8);
+        assert_true(q + 8 <= p || q >= p + 256);
+        crawl_heap_free(q);
+    }
+    crawl_heap_free(other);
+    crawl_heap_free(p);
+    assert_int_equal(seen, before + 2);
+}
+
+/* A report's stacks give way to its tail: with a very deep access stack the
+ * SUMMARY line and the shadow dump are still there. */
+NOINLINE static int deep_check(int n, char *p)
+{
+    int r = n ? deep_check(n - 1, p) : crawl_heap_check(p + 16, 1, 0);
+    __asm__ volatile("" ::: "memory");
+    return r;
+}
+
+static void test_deep_stack_report(void **state)
+{
+    (void)state;
+    char *p = crawl_heap_malloc(16);
+    assert_int_equal(deep_check(1500, p), 1);
+    expect_lines((const char *const[]){"heap-buffer-overflow",
+                                       "^    \\.\\.\\. \\(more frames: report text limit reached\\)$",
+                                       "is located 0 bytes after 16-byte region",
+                                       "^SUMMARY: AddressSanitizer: heap-buffer-overflow ",
+                                       "^Shadow byte legend", "Poisoned by user: +f7$", NULL});
+    crawl_heap_free(p);
+}
+
+/* malloc_context_size counts frames: an activation is one, though it takes
+ * three words in the depot. */
+static void test_context_counts_frames(void **state)
+{
+    (void)state;
+    assert_int_equal(crawl_sanitizer_set_options("malloc_context_size=2"), 0);
+    char *p = script_alloc(8);
+    assert_int_equal(crawl_sanitizer_set_options("malloc_context_size=30"), 0);
+    assert_int_equal(crawl_heap_check(p + 8, 1, 0), 1);
+    expect_lines((const char *const[]){"^allocated by thread T0 here:$",
+                                       "^    #0 in make_table prog\\.script:1$",
+                                       "^    #1 0x[0-9a-f]+ in script_alloc ", "^$", NULL});
+    const char *alloc = strstr(last, "allocated by thread T0 here:");
+    assert_non_null(alloc);
+    assert_null(strstr(alloc, "    #2 "));                   /* two frames kept */
+    crawl_heap_free(p);
+}
+
 static void test_calloc_realloc_quarantine(void **state)
 {
     (void)state;
@@ -342,6 +454,10 @@ int main(void)
         cmocka_unit_test(test_partial_granule_and_both_sides),
         cmocka_unit_test(test_double_and_bad_free),
         cmocka_unit_test(test_poison),
+        cmocka_unit_test(test_poison_edges),
+        cmocka_unit_test(test_zero_size_and_forged_headers),
+        cmocka_unit_test(test_deep_stack_report),
+        cmocka_unit_test(test_context_counts_frames),
         cmocka_unit_test(test_calloc_realloc_quarantine),
         cmocka_unit_test(test_no_false_positives),
         cmocka_unit_test(test_halt_and_log_path),

@@ -63,6 +63,8 @@ static void test_bad_strings(void **state)
         {"=3", "crawl: malformed item (expected key=value) '=3' in sanitizer options; none applied\n"},
         {"malloc_context_size=0", "crawl: bad value in 'malloc_context_size=0' in sanitizer options; none applied\n"},
         {"depot_budget_mb=12x", "crawl: bad value in 'depot_budget_mb=12x' in sanitizer options; none applied\n"},
+        {"redzone= +32", "crawl: bad value in 'redzone= +32' in sanitizer options; none applied\n"},
+        {"halt_on_error=-0", "crawl: bad value in 'halt_on_error=-0' in sanitizer options; none applied\n"},
         /* a good item before a bad one is not applied either */
         {"redzone=32:nope=1", "crawl: unknown option 'nope' in sanitizer options; none applied\n"},
     };
