@@ -6,6 +6,18 @@
 
 #include "frames/internal.h"
 
+void crawl__write_all(int fd, const void *s, size_t n)
+{
+    const char *p = s;
+    while (n) {
+        ssize_t w = write(fd, p, n);
+        if (w <= 0)
+            return;
+        p += w;
+        n -= (size_t)w;
+    }
+}
+
 _Noreturn void crawl__fatal(const char *fmt, ...)
 {
     char buf[512];
@@ -17,8 +29,7 @@ _Noreturn void crawl__fatal(const char *fmt, ...)
     if (n > (int)sizeof buf - 2)
         n = (int)sizeof buf - 2;
     buf[n++] = '\n';
-    ssize_t w = write(STDERR_FILENO, buf, (size_t)n);
-    (void)w;
+    crawl__write_all(STDERR_FILENO, buf, (size_t)n);
     abort();
 }
 

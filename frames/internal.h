@@ -40,6 +40,9 @@ int crawl__ensure_attached(crawl__thread *th);
  * thread is running on right now. Async-signal-safe. */
 int crawl__on_stack(const crawl__thread *th, uintptr_t addr, size_t size);
 
+/* Write all of [s, s+n) to fd, stopping at the first error. Async-signal-safe. */
+void crawl__write_all(int fd, const void *s, size_t n);
+
 /* The alternate signal stack the thread runs on now, as [*lo, *hi); 0 if
  * none. Async-signal-safe (one sigaltstack(2) call). */
 int crawl__current_altstack(uintptr_t *lo, uintptr_t *hi);

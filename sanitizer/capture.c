@@ -109,11 +109,5 @@ void crawl_depot_print(uint32_t id, int fd)
     char buf[16384];
     int cut;
     size_t used = n ? san_format_trace(w, n, buf, sizeof buf, &cut) : 0;
-    while (used) {
-        ssize_t k = write(fd, buf, used);
-        if (k <= 0)
-            break;
-        used -= (size_t)k;
-        memmove(buf, buf + k, used);
-    }
+    crawl__write_all(fd, buf, used);
 }

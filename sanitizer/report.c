@@ -22,7 +22,7 @@ struct san_report {
 #define TAIL_RESERVE 8192
 static const char cut_line[] = "    ... (more frames: report text limit reached)\n";
 
-/* Room left for stack lines, 0 once a stack has been cut. */
+/* Room left for stack lines before the reserved tail. */
 static size_t stack_room(const san_report *r)
 {
     size_t end = sizeof r->text - TAIL_RESERVE;
@@ -124,17 +124,6 @@ void san_print_stack_at(san_report *r, const crawl_regs *from)
     sw_walk(from, 0, 1, print_frame, r, CRAWL_WALK_FUNCTIONS_ONLY);
 }
 
-static void write_all(int fd, const char *s, size_t n)
-{
-    while (n) {
-        ssize_t w = write(fd, s, n);
-        if (w <= 0)
-            return;
-        s += w;
-        n -= (size_t)w;
-    }
-}
-
 void san_report_end(san_report *r)
 {
     const san_options *o = san_opts();
@@ -150,7 +139,7 @@ void san_report_end(san_report *r)
         if (lf >= 0)
             fd = lf, opened = 1;
     }
-    write_all(fd, r->text, r->used);
+    crawl__write_all(fd, r->text, r->used);
     if (opened)
         close(fd);
     __atomic_add_fetch(&reports, 1, __ATOMIC_RELAXED);

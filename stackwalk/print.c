@@ -73,8 +73,7 @@ static crawl_action print_one(const crawl_cf *cf, void *ctx)
     if (n > (int)sizeof line - 2)
         n = (int)sizeof line - 2;
     line[n++] = '\n';
-    ssize_t w = write(fd, line, (size_t)n);
-    (void)w;
+    crawl__write_all(fd, line, (size_t)n);
     return CRAWL_CONTINUE;
 }
 
