@@ -529,7 +529,7 @@ static int poison_range(const void *addr, size_t size, int on)
         (a - w.user) % GRANULE)
         return -EINVAL;
     size_t whole = size / GRANULE * GRANULE, part = size % GRANULE;
-    memset(shadow_of(a), on ? SH_USER : 0, whole / GRANULE);
+    poison(a, whole, on ? SH_USER : 0);
     if (part) {
         unsigned char *sh = shadow_of(a + whole);
         int prefix = *sh == 0 ? GRANULE : *sh < GRANULE ? *sh : 0;   /* addressable bytes */

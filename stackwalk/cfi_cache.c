@@ -113,8 +113,10 @@ typedef struct module {
     uintptr_t base;
     const ElfW(Phdr) *phdr;
     int phnum;
-    const char *path;
+    const char *file;                    /* the file name, without its directory */
+    const char *soname;                  /* DT_SONAME, or "" */
     const ElfW(Dyn) *dyn;
+    const char *strtab;                  /* of dyn; NULL without one */
     int keep;
 } module;
 
@@ -123,6 +125,9 @@ typedef struct module_list {
     int n;
 } module_list;
 
+/* Records each module with its dynamic section, string table and name.
+ * ld.so relocates DT_STRTAB in place for the objects it loads, not in the
+ * vDSO's read-only dynamic section. */
 static int collect_module(struct dl_phdr_info *info, size_t size, void *arg)
 {
     (void)size;
@@ -130,53 +135,40 @@ static int collect_module(struct dl_phdr_info *info, size_t size, void *arg)
     if (ms->n == MAX_MODULES)
         return 1;
     module *m = &ms->m[ms->n++];
+    const char *path = info->dlpi_name ? info->dlpi_name : "", *slash = strrchr(path, '/');
     *m = (module){.base = info->dlpi_addr, .phdr = info->dlpi_phdr, .phnum = info->dlpi_phnum,
-                  .path = info->dlpi_name ? info->dlpi_name : ""};
+                  .file = slash ? slash + 1 : path, .soname = ""};
     for (int i = 0; i < m->phnum; i++)
         if (m->phdr[i].p_type == PT_DYNAMIC)
             m->dyn = (const ElfW(Dyn) *)(m->base + m->phdr[i].p_vaddr);
+    for (const ElfW(Dyn) *d = m->dyn; d && d->d_tag != DT_NULL; d++)
+        if (d->d_tag == DT_STRTAB)
+            m->strtab = (const char *)(d->d_un.d_ptr < m->base ? m->base + d->d_un.d_ptr
+                                                               : d->d_un.d_ptr);
+    for (const ElfW(Dyn) *d = m->dyn; m->strtab && d->d_tag != DT_NULL; d++)
+        if (d->d_tag == DT_SONAME)
+            m->soname = m->strtab + d->d_un.d_val;
     return 0;
 }
 
-/* The string table of m's dynamic section. ld.so relocates DT_STRTAB in
- * place for the objects it loads, not in the vDSO's read-only one. */
-static const char *dyn_strtab(const module *m)
-{
-    for (const ElfW(Dyn) *d = m->dyn; d && d->d_tag != DT_NULL; d++)
-        if (d->d_tag == DT_STRTAB)
-            return (const char *)(d->d_un.d_ptr < m->base ? m->base + d->d_un.d_ptr
-                                                          : d->d_un.d_ptr);
-    return NULL;
-}
-
-static int module_is_named(const module *m, const char *name)
-{
-    const char *strtab = dyn_strtab(m);
-    for (const ElfW(Dyn) *d = m->dyn; strtab && d->d_tag != DT_NULL; d++)
-        if (d->d_tag == DT_SONAME && strcmp(strtab + d->d_un.d_val, name) == 0)
-            return 1;
-    const char *slash = strrchr(m->path, '/');
-    return strcmp(slash ? slash + 1 : m->path, name) == 0;
-}
-
-/* Marks what m needs; 1 if that marked a module not marked before. The
+/* Marks what m needs, adding each newly marked module to the queue. The
  * first module of a name wins: dl_iterate_phdr lists the program's own
  * namespace first, dlmopen'ed copies after it. */
-static int keep_needed(module_list *ms, const module *m)
+static void keep_needed(module_list *ms, const module *m, int *queue, int *nq)
 {
-    const char *strtab = dyn_strtab(m);
-    int grew = 0;
-    for (const ElfW(Dyn) *d = m->dyn; strtab && d->d_tag != DT_NULL; d++) {
+    for (const ElfW(Dyn) *d = m->dyn; m->strtab && d->d_tag != DT_NULL; d++) {
         if (d->d_tag != DT_NEEDED)
             continue;
+        const char *needed = m->strtab + d->d_un.d_val;
         for (int i = 0; i < ms->n; i++)
-            if (module_is_named(&ms->m[i], strtab + d->d_un.d_val)) {
-                grew |= !ms->m[i].keep;
-                ms->m[i].keep = 1;
+            if (strcmp(ms->m[i].soname, needed) == 0 || strcmp(ms->m[i].file, needed) == 0) {
+                if (!ms->m[i].keep) {
+                    ms->m[i].keep = 1;
+                    queue[(*nq)++] = i;
+                }
                 break;
             }
     }
-    return grew;
 }
 
 static void record_module(const module *m)
@@ -201,17 +193,16 @@ __attribute__((constructor)) static void find_permanent_modules(void)
     if (!ms)
         return;                          /* nothing is permanent: signal-safe walks use libunwind */
     dl_iterate_phdr(collect_module, ms);
-    if (ms->n)
-        ms->m[0].keep = 1;               /* the program comes first */
+    /* the closure, each kept module read once: the program (listed first)
+     * and the vDSO start it */
+    int queue[MAX_MODULES], nq = 0;
     for (int i = 0; i < ms->n; i++)
-        if (strncmp(ms->m[i].path, "linux-vdso", 10) == 0)
+        if (i == 0 || strncmp(ms->m[i].file, "linux-vdso", 10) == 0) {
             ms->m[i].keep = 1;
-    for (int grew = 1; grew;) {
-        grew = 0;
-        for (int i = 0; i < ms->n; i++)
-            if (ms->m[i].keep)
-                grew |= keep_needed(ms, &ms->m[i]);
-    }
+            queue[nq++] = i;
+        }
+    for (int q = 0; q < nq; q++)
+        keep_needed(ms, &ms->m[queue[q]], queue, &nq);
     for (int i = 0; i < ms->n; i++)
         if (ms->m[i].keep)
             record_module(&ms->m[i]);
