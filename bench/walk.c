@@ -1,11 +1,14 @@
 /* bench/walk: ns per frame for crawl's walks and the unwinders a user would
- * otherwise pick, in one process, at depths 8, 32 and 128.
+ * otherwise pick, in one process, from the bottom of recursions of depth 8,
+ * 32 and 128.
  *
- * Every method unwinds exactly `depth` frames from the bottom of a
- * recursion built with frame pointers (a walk that would go further is cut
- * there), so ns/frame compare like with like. Each figure is the median of
- * 15 batches. libunwind is opened with dlopen(RTLD_LOCAL) here too, so
- * glibc's backtrace() and libgcc's _Unwind_Backtrace are the real ones. */
+ * Every method makes a whole walk, as a user calls it: from the bottom of
+ * the recursion up to main and the C library's start frames (as far as the
+ * method gets), and the time is divided by the frames it returned, so the
+ * fixed cost of a walk counts, as it does for a malloc hook capturing short
+ * stacks. The frame counts are printed. Each figure is the median of 21
+ * batches. libunwind is opened with dlopen(RTLD_LOCAL) here too, so glibc's
+ * backtrace() and libgcc's _Unwind_Backtrace are the real ones. */
 #define _GNU_SOURCE
 #include <crawl/crawl.h>
 #include <dlfcn.h>
@@ -20,7 +23,7 @@
 #include "bench.h"
 
 #define BATCHES 21
-#define MAX_DEPTH 128
+#define MAX_FRAMES 256                   /* more than any walk here returns */
 
 static int (*p_unw_backtrace)(void **, int);
 static int (*p_getcontext)(unw_context_t *);
@@ -28,18 +31,24 @@ static int (*p_init_local)(unw_cursor_t *, unw_context_t *);
 static int (*p_step)(unw_cursor_t *);
 static int (*p_get_reg)(unw_cursor_t *, unw_regnum_t, unw_word_t *);
 
-static unsigned depth;
-static void *sink[MAX_DEPTH + 8];
+static unsigned depth;                   /* the recursion's height */
+static void *sink[MAX_FRAMES];
 static volatile unsigned long guard;
+static uintptr_t stack_lo, stack_hi;     /* the bare loops stay on the stack */
 
 /* ---- the methods: each unwinds `depth` frames from its caller ------------ */
 
+/* The frame-pointer chain with the least checking a user could get away
+ * with: on the stack and moving towards its base. */
+#define FP_OK(fp, prev) ((uintptr_t)(fp) > (uintptr_t)(prev) && (uintptr_t)(fp) < stack_hi - 16)
+
 __attribute__((noinline)) static int bare_fp_loop(void)
 {
-    void **fp = __builtin_frame_address(0);
+    void **fp = __builtin_frame_address(0), **prev = (void **)stack_lo;
     unsigned n = 0;
-    while (n < depth && fp) {
+    while (n < MAX_FRAMES && FP_OK(fp, prev)) {
         sink[n++] = fp[1];
+        prev = fp;
         fp = (void **)fp[0];
     }
     return (int)n;
@@ -59,48 +68,46 @@ static frame_cb volatile the_cb = empty_cb;
 __attribute__((noinline)) static int bare_fp_loop_callback(void)
 {
     frame_cb cb = the_cb;
-    void **fp = __builtin_frame_address(0);
+    void **fp = __builtin_frame_address(0), **prev = (void **)stack_lo;
     unsigned n = 0;
-    while (n < depth && fp) {
+    while (n < MAX_FRAMES && FP_OK(fp, prev)) {
         sink[n] = fp[1];
         if (cb((uintptr_t)fp[1], (uintptr_t)fp, n++))
             break;
+        prev = fp;
         fp = (void **)fp[0];
     }
     return (int)n;
 }
 
-/* The callback does what the bare loop does: store the pc, stop at depth. */
+/* The callback does what the bare loop does: store the pc. */
 static crawl_action take(const crawl_cf *cf, void *ctx)
 {
-    (void)ctx;
-    unsigned d = crawl_cf_depth(cf);
-    sink[d] = (void *)crawl_cf_ip(cf);
-    return d + 1 >= depth ? CRAWL_ABORT : CRAWL_CONTINUE;
+    unsigned *n = ctx;
+    sink[*n] = (void *)crawl_cf_ip(cf);
+    return ++*n < MAX_FRAMES ? CRAWL_CONTINUE : CRAWL_ABORT;
 }
 
-static int taken(void)
+static int walk_with(unsigned flags)
 {
     unsigned n = 0;
-    while (n < depth && sink[n])
-        n++;
+    crawl_walk(take, &n, flags);
     return (int)n;
 }
 
-__attribute__((noinline)) static int crawl_fast(void)
+__attribute__((noinline)) static int crawl_fast(void) { return walk_with(CRAWL_WALK_FAST); }
+__attribute__((noinline)) static int crawl_precise(void) { return walk_with(0); }
+__attribute__((noinline)) static int crawl_precise_ss(void)
 {
-    sink[depth - 1] = NULL;
-    crawl_walk(take, NULL, CRAWL_WALK_FAST);
-    return sink[depth - 1] ? (int)depth : taken();
+    return walk_with(CRAWL_WALK_SIGNAL_SAFE);
 }
 
-/* The walk's own cost: a callback that reads nothing from the crawl_cf
- * (the accessor calls cost about 2 ns per frame each through the PLT). */
+/* The walk's own cost: a callback that reads nothing from the crawl_cf. */
 static crawl_action count_only(const crawl_cf *cf, void *ctx)
 {
     (void)cf;
     unsigned *n = ctx;
-    return ++*n >= depth ? CRAWL_ABORT : CRAWL_CONTINUE;
+    return ++*n < MAX_FRAMES ? CRAWL_CONTINUE : CRAWL_ABORT;
 }
 
 __attribute__((noinline)) static int crawl_fast_count(void)
@@ -110,26 +117,24 @@ __attribute__((noinline)) static int crawl_fast_count(void)
     return (int)n;
 }
 
-__attribute__((noinline)) static int crawl_precise(void)
-{
-    sink[depth - 1] = NULL;
-    crawl_walk(take, NULL, 0);
-    return sink[depth - 1] ? (int)depth : taken();
-}
-
 __attribute__((noinline)) static int crawl_bt_fast(void)
 {
-    return crawl_backtrace((uintptr_t *)sink, (int)depth, CRAWL_WALK_FAST);
+    return crawl_backtrace((uintptr_t *)sink, MAX_FRAMES, CRAWL_WALK_FAST);
 }
 
 __attribute__((noinline)) static int crawl_bt_precise(void)
 {
-    return crawl_backtrace((uintptr_t *)sink, (int)depth, 0);
+    return crawl_backtrace((uintptr_t *)sink, MAX_FRAMES, 0);
+}
+
+__attribute__((noinline)) static int crawl_bt_precise_ss(void)
+{
+    return crawl_backtrace((uintptr_t *)sink, MAX_FRAMES, CRAWL_WALK_SIGNAL_SAFE);
 }
 
 __attribute__((noinline)) static int glibc_backtrace(void)
 {
-    return backtrace(sink, (int)depth);
+    return backtrace(sink, MAX_FRAMES);
 }
 
 typedef struct { unsigned n; } ub_state;
@@ -137,7 +142,7 @@ static _Unwind_Reason_Code ub_take(struct _Unwind_Context *ctx, void *arg)
 {
     ub_state *s = arg;
     sink[s->n] = (void *)_Unwind_GetIP(ctx);
-    return ++s->n >= depth ? _URC_END_OF_STACK : _URC_NO_REASON;
+    return ++s->n >= MAX_FRAMES ? _URC_END_OF_STACK : _URC_NO_REASON;
 }
 
 __attribute__((noinline)) static int libgcc_unwind_backtrace(void)
@@ -149,7 +154,7 @@ __attribute__((noinline)) static int libgcc_unwind_backtrace(void)
 
 __attribute__((noinline)) static int libunwind_backtrace(void)
 {
-    return p_unw_backtrace(sink, (int)depth);
+    return p_unw_backtrace(sink, MAX_FRAMES);
 }
 
 __attribute__((noinline)) static int libunwind_step_loop(void)
@@ -163,7 +168,7 @@ __attribute__((noinline)) static int libunwind_step_loop(void)
         unw_word_t ip;
         p_get_reg(&cur, UNW_REG_IP, &ip);
         sink[n++] = (void *)ip;
-    } while (n < depth && p_step(&cur) > 0);
+    } while (n < MAX_FRAMES && p_step(&cur) > 0);
     return (int)n;
 }
 
@@ -174,22 +179,25 @@ typedef struct method {
     int (*fn)(void);
     int with_frames;                   /* run inside a recursion that pushes Frames */
     double ns[3];                      /* per depth */
+    int frames[3];                     /* frames one walk returned, per depth */
 } method;
 
 static method methods[] = {
-    {"bare frame-pointer loop", bare_fp_loop, 0, {0}},
-    {"bare loop + empty callback per frame", bare_fp_loop_callback, 0, {0}},
-    {"crawl_walk fast", crawl_fast, 0, {0}},
-    {"crawl_walk fast, callback reads nothing", crawl_fast_count, 0, {0}},
-    {"crawl_walk fast, 1 Frame per 4 frames", crawl_fast, 1, {0}},
-    {"crawl_backtrace fast", crawl_bt_fast, 0, {0}},
-    {"crawl_walk precise", crawl_precise, 0, {0}},
-    {"crawl_walk precise, 1 Frame per 4", crawl_precise, 1, {0}},
-    {"crawl_backtrace precise", crawl_bt_precise, 0, {0}},
-    {"libunwind unw_backtrace", libunwind_backtrace, 0, {0}},
-    {"libgcc _Unwind_Backtrace", libgcc_unwind_backtrace, 0, {0}},
-    {"glibc backtrace()", glibc_backtrace, 0, {0}},
-    {"libunwind unw_step loop", libunwind_step_loop, 0, {0}},
+    {"bare frame-pointer loop", bare_fp_loop, 0, {0}, {0}},
+    {"bare loop + empty callback per frame", bare_fp_loop_callback, 0, {0}, {0}},
+    {"crawl_walk fast", crawl_fast, 0, {0}, {0}},
+    {"crawl_walk fast, callback reads nothing", crawl_fast_count, 0, {0}, {0}},
+    {"crawl_walk fast, 1 Frame per 4 frames", crawl_fast, 1, {0}, {0}},
+    {"crawl_backtrace fast", crawl_bt_fast, 0, {0}, {0}},
+    {"crawl_walk precise", crawl_precise, 0, {0}, {0}},
+    {"crawl_walk precise, 1 Frame per 4", crawl_precise, 1, {0}, {0}},
+    {"crawl_backtrace precise", crawl_bt_precise, 0, {0}, {0}},
+    {"crawl_walk precise, signal-safe", crawl_precise_ss, 0, {0}, {0}},
+    {"crawl_backtrace precise, signal-safe", crawl_bt_precise_ss, 0, {0}, {0}},
+    {"libunwind unw_backtrace", libunwind_backtrace, 0, {0}, {0}},
+    {"libgcc _Unwind_Backtrace", libgcc_unwind_backtrace, 0, {0}, {0}},
+    {"glibc backtrace()", glibc_backtrace, 0, {0}, {0}},
+    {"libunwind unw_step loop", libunwind_step_loop, 0, {0}, {0}},
 };
 #define NMETHODS (sizeof methods / sizeof methods[0])
 
@@ -200,7 +208,7 @@ static unsigned reps_for(const method *m)
     /* about 2e6 frames a batch for cheap methods, fewer for slow ones */
     int cheap = m->fn == bare_fp_loop || m->fn == bare_fp_loop_callback || m->fn == crawl_fast ||
                 m->fn == crawl_fast_count || m->fn == crawl_bt_fast || m->fn == libunwind_backtrace;
-    return (cheap ? 2000000 : 40000) / depth + 1;
+    return (cheap ? 2000000 : 40000) / (depth + 6) + 1;
 }
 
 /* Time every method of this recursion (with or without Frames) at the
@@ -213,10 +221,12 @@ static void time_here(int with_frames, int d, unsigned scale)
         if (methods[i].with_frames != with_frames)
             continue;
         int got = methods[i].fn();
-        if ((unsigned)got != depth) {
-            fprintf(stderr, "%s unwound %d frames, wanted %u\n", methods[i].name, got, depth);
+        if (got < (int)depth) {
+            fprintf(stderr, "%s unwound %d frames of a recursion %u deep\n", methods[i].name,
+                    got, depth);
             exit(1);
         }
+        methods[i].frames[d] = got;
     }
     for (int b = 0; b < BATCHES; b++)
         for (unsigned i = 0; i < NMETHODS; i++) {
@@ -227,7 +237,7 @@ static void time_here(int with_frames, int d, unsigned scale)
             double t0 = now_ns();
             for (unsigned r = 0; r < reps; r++)
                 m->fn();
-            batch[i][b] = (now_ns() - t0) / reps / depth;
+            batch[i][b] = (now_ns() - t0) / reps / m->frames[d];
         }
     for (unsigned i = 0; i < NMETHODS; i++) {
         if (methods[i].with_frames != with_frames)
@@ -261,6 +271,7 @@ double bench_mix_nofp(unsigned level);
 double bench_mix_descend(unsigned level);
 static int (*mix_fn)(void);
 static double mix_result;
+static int mix_frames;
 
 static const struct {
     const char *name;
@@ -268,11 +279,13 @@ static const struct {
 } mix_methods[] = {
     {"crawl_walk precise", crawl_precise},
     {"crawl_backtrace precise", crawl_bt_precise},
+    {"crawl_backtrace precise, signal-safe", crawl_bt_precise_ss},
     {"libunwind unw_backtrace", libunwind_backtrace},
     {"libunwind unw_step loop", libunwind_step_loop},
 };
 #define NMIX (sizeof mix_methods / sizeof mix_methods[0])
 static double mix_ns[NMIX][3];
+static int mix_got[NMIX][3];
 
 /* Alternate: this function keeps a frame pointer, bench_mix_nofp does not. */
 __attribute__((noinline)) double bench_mix_descend(unsigned level)
@@ -283,20 +296,22 @@ __attribute__((noinline)) double bench_mix_descend(unsigned level)
         return r;
     }
     double b[BATCHES];
-    unsigned reps = (mix_fn == libunwind_backtrace ? 2000000 : 200000) / depth + 1;
+    unsigned reps = (mix_fn == libunwind_backtrace ? 2000000 : 200000) / (depth + 6) + 1;
     if (mix_fn == libunwind_step_loop)
-        reps = 40000 / depth + 1;
-    if ((unsigned)mix_fn() != depth) {
-        fprintf(stderr, "mixed recursion: a method unwound fewer than %u frames\n", depth);
+        reps = 40000 / (depth + 6) + 1;
+    int got = mix_fn();
+    if (got < (int)depth) {
+        fprintf(stderr, "mixed recursion: a method unwound %d frames of %u\n", got, depth);
         exit(1);
     }
     for (int k = 0; k < BATCHES; k++) {
         double t0 = now_ns();
         for (unsigned r = 0; r < reps; r++)
             mix_fn();
-        b[k] = (now_ns() - t0) / reps / depth;
+        b[k] = (now_ns() - t0) / reps / got;
     }
     mix_result = bench_median(b, BATCHES);
+    mix_frames = got;
     return 0;
 }
 
@@ -333,6 +348,7 @@ int main(int argc, char **argv)
     static const unsigned depths[3] = {8, 32, 128};
     load_libunwind();
     crawl_thread_attach();
+    crawl_thread_stack_bounds(&stack_lo, &stack_hi);
     /* cold start: the first precise walk reads CFI; the second finds rules */
     uintptr_t pcs[64];
     double t0 = now_ns();
@@ -346,28 +362,30 @@ int main(int argc, char **argv)
            BATCHES, module_of((void *)backtrace), module_of((void *)_Unwind_Backtrace));
     for (int d = 0; d < 3; d++) {
         depth = depths[d];
-        /* the recursion is `depth` frames tall plus what is below it */
-        descend(depth + 2, 0, d, scale);
-        descend(depth + 2, 1, d, scale);
+        descend(depth, 0, d, scale);
+        descend(depth, 1, d, scale);
     }
     for (int d = 0; d < 3; d++) {
         depth = depths[d];
         for (unsigned i = 0; i < NMIX; i++) {
             mix_fn = mix_methods[i].fn;
-            bench_mix_descend(depth + 2);
+            bench_mix_descend(depth);
             mix_ns[i][d] = mix_result;
+            mix_got[i][d] = mix_frames;
         }
     }
-    printf("%-40s %10s %10s %10s\n", "method", "depth 8", "depth 32", "depth 128");
+    printf("%-40s %10s %10s %10s   frames per walk\n", "method", "depth 8", "depth 32",
+           "depth 128");
     for (unsigned i = 0; i < NMETHODS; i++)
-        printf("%-40s %10.2f %10.2f %10.2f\n", methods[i].name, methods[i].ns[0],
-               methods[i].ns[1], methods[i].ns[2]);
+        printf("%-40s %10.2f %10.2f %10.2f   %d/%d/%d\n", methods[i].name, methods[i].ns[0],
+               methods[i].ns[1], methods[i].ns[2], methods[i].frames[0], methods[i].frames[1],
+               methods[i].frames[2]);
     printf("\nprecise walks through frames alternately with and without frame pointers:\n");
     for (unsigned i = 0; i < NMIX; i++)
-        printf("%-40s %10.2f %10.2f %10.2f\n", mix_methods[i].name, mix_ns[i][0], mix_ns[i][1],
-               mix_ns[i][2]);
-    for (unsigned i = 0; i < 2; i++)
-        for (unsigned r = 2; r < 4; r++)
+        printf("%-40s %10.2f %10.2f %10.2f   %d/%d/%d\n", mix_methods[i].name, mix_ns[i][0],
+               mix_ns[i][1], mix_ns[i][2], mix_got[i][0], mix_got[i][1], mix_got[i][2]);
+    for (unsigned i = 0; i < 3; i++)
+        for (unsigned r = 3; r < 5; r++)
             printf("%-40s / %-24s %7.2fx %9.2fx %9.2fx\n", mix_methods[i].name, mix_methods[r].name,
                    mix_ns[i][0] / mix_ns[r][0], mix_ns[i][1] / mix_ns[r][1],
                    mix_ns[i][2] / mix_ns[r][2]);
@@ -375,16 +393,26 @@ int main(int argc, char **argv)
            "the next %.2f us\n",
            cold_n, cold / 1000, warm / 1000);
     printf("\nratios (lower is faster)\n");
-    /* every method up to unw_backtrace, against the bare loop and it */
-    const method *bare = &methods[0], *unwbt = bare;
+    /* every method up to unw_backtrace, against the bare loop + callback
+     * (the floor of any callback API) and unw_backtrace */
+    const method *floor_cb = &methods[1], *unwbt = floor_cb;
     while (unwbt->fn != libunwind_backtrace)
         unwbt++;
-    for (unsigned i = 1; &methods[i] < unwbt; i++)
+    for (unsigned i = 2; &methods[i] < unwbt; i++)
         for (int r = 0; r < 2; r++) {
-            const method *base = r ? unwbt : bare;
-            printf("%-40s / %-24s %7.2fx %9.2fx %9.2fx\n", methods[i].name, base->name,
+            const method *base = r ? unwbt : floor_cb;
+            printf("%-40s / %-24.24s %7.2fx %9.2fx %9.2fx\n", methods[i].name, base->name,
                    methods[i].ns[0] / base->ns[0], methods[i].ns[1] / base->ns[1],
                    methods[i].ns[2] / base->ns[2]);
         }
+    /* signal-safe against normal-context precise walks */
+    for (unsigned i = 0; i < NMETHODS; i++)
+        if (strstr(methods[i].name, "signal-safe"))
+            for (unsigned k = 0; k < NMETHODS; k++)
+                if (strncmp(methods[k].name, methods[i].name, strlen(methods[k].name)) == 0 &&
+                    k != i && methods[k].fn != crawl_fast)
+                    printf("%-40s / %-24.24s %7.2fx %9.2fx %9.2fx\n", methods[i].name,
+                           methods[k].name, methods[i].ns[0] / methods[k].ns[0],
+                           methods[i].ns[1] / methods[k].ns[1], methods[i].ns[2] / methods[k].ns[2]);
     return 0;
 }

@@ -48,11 +48,102 @@ typedef struct sw_unw_api {
 /* The API, or NULL if libunwind could not be loaded. */
 const sw_unw_api *sw_unw(void);
 
+/* ---- loaded modules (modules.c) and their compiled CFI (cfi_cache.c) ---- */
+#include "stackwalk/cfi_rule.h"
+
+/* One module's CFI compiled to a sorted table: rule[i] applies to the pcs
+ * from bias + off[i] up to bias + off[i+1]. Immutable once published. */
+typedef struct sw_rules {
+    size_t n;
+    uint32_t *off;
+    uint64_t *rule;
+} sw_rules;
+
+typedef struct sw_module {
+    struct sw_module *next;             /* modules.c's list, under its lock */
+    uintptr_t bias;                     /* dlpi_addr */
+    uintptr_t eh_frame_hdr;             /* PT_GNU_EH_FRAME in memory, or 0 */
+    int permanent;                      /* can never be unloaded */
+    atomic_int compiled;                /* sw_rules_compile ran (set under modules.c's lock) */
+    int seen;
+    _Atomic(const sw_rules *) rules;    /* NULL: not compiled (yet), or no CFI */
+    char name[];
+} sw_module;
+
+typedef struct sw_seg {
+    uintptr_t lo, hi;                   /* an executable PT_LOAD segment */
+    sw_module *mod;
+} sw_seg;
+
+/* The rule cache: direct-mapped, keyed by pc (or return address - 1),
+ * filled lock-free by any walk, signal handlers included. A writer claims
+ * a slot by swapping its key to SW_SLOT_BUSY, stores the rule, then the
+ * key; a reader re-reads the key after the rule. */
+typedef struct sw_cfi_slot {
+    _Atomic uintptr_t key;
+    _Atomic uint64_t rule;
+} sw_cfi_slot;
+#define SW_CFI_SLOT_BITS 16
+#define SW_CFI_SLOTS (1u << SW_CFI_SLOT_BITS)
+#define SW_SLOT_BUSY ((uintptr_t)1)
+
+typedef struct sw_snapshot {
+    unsigned long adds, subs;           /* dl_iterate_phdr's counters when built */
+    sw_cfi_slot *cache;                 /* rules of pcs in these modules */
+    size_t n;
+    sw_seg seg[];                       /* sorted by lo, disjoint */
+} sw_snapshot;
+
+/* Bracket every use of a snapshot (lock-free, async-signal-safe). The
+ * snapshot stays valid until the matching exit, even if replaced. NULL
+ * only if crawl could not build one at start-up. */
+const sw_snapshot *sw_snap_enter(void);
+void sw_snap_exit(void);
+/* The current snapshot, rebuilt first if modules were loaded or unloaded
+ * since. Normal context only (the loader's lock). Call between enter and
+ * exit. */
+const sw_snapshot *sw_snap_refresh(void);
+/* Free replaced snapshots if no walk holds one (normal context; never blocks). */
+void sw_modules_reclaim(void);
+/* m's rules, compiling them now if needed. Normal context only. */
+const sw_rules *sw_module_rules(sw_module *m);
+/* Compile every loaded module; the number with CFI, or a negative errno. */
+int sw_modules_warm(void);
+/* cfi_cache.c: read a module's CFI into a table (normal context, under
+ * modules.c's lock); NULL if it has none. */
+sw_rules *sw_rules_compile(const sw_module *m);
+void sw_rules_free(sw_rules *r);
+/* The module list changed: forget what was read of the old one. */
+void sw_rules_forget_modules(void);
+
+static inline const sw_seg *sw_seg_find(const sw_snapshot *s, uintptr_t pc)
+{
+    if (!s || s->n == 0 || pc < s->seg[0].lo)
+        return NULL;
+    size_t lo = 0, hi = s->n;            /* last segment with lo <= pc */
+    while (hi - lo > 1) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (s->seg[mid].lo <= pc)
+            lo = mid;
+        else
+            hi = mid;
+    }
+    return pc < s->seg[lo].hi ? &s->seg[lo] : NULL;
+}
+
+/* The rule for key after a cache miss: from the module's table (compiled
+ * now in normal context), cached. 0 if key is in no module. In signal-safe
+ * walks a module not compiled yet gives SW_RULE_OTHER. Lock-free when
+ * signal_safe. */
+uint64_t sw_rule_lookup(const sw_snapshot *s, uintptr_t key, int signal_safe);
+void sw_cfi_count_fallback(void);
+
 /* ---- the native cursor (unwind_fp.c, unwind_dwarf.c) -------------------- */
-enum { SW_OK = 0, SW_END = 1, SW_STOP = 2, SW_CORRUPT = 3, SW_ASK_LIBUNWIND = 4 };
+/* SW_ASK: the inline steps cannot decide; sw_step (the slow path) will. */
+enum { SW_OK = 0, SW_END = 1, SW_STOP = 2, SW_CORRUPT = 3, SW_ASK = 4 };
 
 /* libunwind's state: large (about 2 KiB), so kept apart from sw_cursor and
- * never zero-filled; only precise walks touch it. */
+ * never zero-filled; only precise walks in normal context touch it. */
 typedef struct sw_dwarf {
     unw_cursor_t unw;
     ucontext_t uctx;                    /* register source for libunwind */
@@ -67,27 +158,26 @@ typedef struct sw_cursor {
     uintptr_t alo, ahi;                 /* the signal stack in use, or 0, 0 */
     const sw_range_table *ranges;
     sw_dwarf *dwarf;                    /* NULL: fast (frame-pointer) mode */
-    unsigned cfi;                       /* precise: try the CFI cache first (cfi_cache.c) */
+    const sw_snapshot *snap;            /* loaded modules and the rule cache */
+    const sw_seg *hint;                 /* the segment of the last pc found to be code */
+    unsigned precise;
+    unsigned cfi;                       /* precise: use compiled rules (else libunwind only) */
     unsigned signal_safe;
+    unsigned refreshed;                 /* normal context: snap checked against the loader */
+    unsigned long hits;                 /* steps served by the rule cache */
 } sw_cursor;
 
 void sw_cursor_init(sw_cursor *c, const crawl__thread *th, const crawl_regs *regs,
                     unsigned exact, sw_dwarf *dwarf, const sw_range_table *ranges);
 /* Reposition c at regs (resuming from a transition Frame). */
 void sw_cursor_reset(sw_cursor *c, const crawl_regs *regs, unsigned exact);
-/* Move to the caller. SW_OK: c->regs is the caller. SW_END: the stack ends
- * here. SW_STOP: unwinding cannot go on (no unwind info). SW_CORRUPT: the
- * stack is inconsistent. */
+/* Move to the caller, by every means the mode allows. SW_OK: c->regs is the
+ * caller. SW_END: the stack ends here. SW_STOP: unwinding cannot go on
+ * (no rule, the caller would not be code). SW_CORRUPT: the stack is
+ * inconsistent. */
 int sw_step(sw_cursor *c);
-int sw_step_fp(sw_cursor *c);
 int sw_step_dwarf(sw_cursor *c);
 int sw_step_rule(sw_cursor *c, const crawl_code_range *r);
-/* cfi_cache.c: one step by a cached CFI rule; SW_ASK_LIBUNWIND when the
- * rule is not a simple one or (c->signal_safe) not known to be safe to use. */
-int sw_step_cfi(sw_cursor *c);
-
-/* Flush rules if a module was unloaded since the last check (normal context). */
-void sw_cfi_check_generation(void);
 
 /* [a, a+size) inside the thread's stack or the signal stack in use. One
  * unsigned comparison per region: a below lo wraps to a huge offset. */
@@ -117,8 +207,28 @@ static inline int sw_progress(const sw_cursor *c, uintptr_t old_sp, uintptr_t ne
     return sw_key(c, new_sp) > sw_key(c, old_sp);
 }
 
-/* One frame-pointer step on (ip, sp, fp); see unwind_fp.c for the rules.
- * Inline because the fast walk's loop is built around it. */
+/* Is a return address (or, exact, a pc) inside executable code: a loaded
+ * module's executable segment or a JIT code range? *hint caches the last
+ * segment found, so the common case is two comparisons. */
+static inline __attribute__((always_inline)) int sw_is_code(const sw_cursor *c, const sw_seg **hint, uintptr_t ip, int exact)
+{
+    uintptr_t pc = exact ? ip : ip - 1;
+    const sw_seg *g = *hint;
+    if (g && pc - g->lo < g->hi - g->lo)
+        return 1;
+    if (ip < 4096)
+        return 0;
+    g = sw_seg_find(c->snap, pc);
+    if (g) {
+        *hint = g;
+        return 1;
+    }
+    return c->ranges && sw_range_lookup(c->ranges, pc);
+}
+
+/* One frame-pointer step on (ip, sp, fp): SW_OK, SW_END (fp leaves the
+ * stack, or a zero return address), SW_CORRUPT (fp misaligned or not older
+ * than sp). Inline because the fast walk's loop is built around it. */
 static inline int sw_fp_step(const sw_cursor *c, uintptr_t *ip, uintptr_t *sp, uintptr_t *fp)
 {
     uintptr_t f = *fp;
@@ -137,55 +247,47 @@ static inline int sw_fp_step(const sw_cursor *c, uintptr_t *ip, uintptr_t *sp, u
     return SW_OK;
 }
 
-/* The rule table, for the inline step below (cfi_cache.c owns it). */
-typedef struct sw_cfi_slot {
-    _Atomic uintptr_t key;
-    _Atomic uint64_t rule;
-} sw_cfi_slot;
-#define SW_CFI_SLOT_BITS 16
-#define SW_CFI_VALID 1u
-#define SW_CFI_CFA_FP 4u
-#define SW_CFI_FP_SAVED 8u
-#define SW_CFI_PERMANENT 16u
-sw_cfi_slot *sw_cfi_table(void);
-/* The rule for key after a miss: fills in normal context; 0 if signal_safe. */
-uint64_t sw_cfi_miss(uintptr_t key, int signal_safe);
-void sw_cfi_count_fallback(void);
-
-static inline int64_t sw_cfi_field12(uint64_t rule, int shift)
+/* The rule for key: from the cache (two loads when it hits), else looked up. */
+static inline __attribute__((always_inline)) uint64_t sw_rule_get(const sw_cursor *c, uintptr_t key, unsigned long *hits)
 {
-    int64_t v = (int64_t)((rule >> shift) & 0xfff);
-    return v >= 2048 ? v - 4096 : v;
+    const sw_cfi_slot *slot = &c->snap->cache[sw_rule_hash(key) >> (64 - SW_CFI_SLOT_BITS)];
+    if (atomic_load_explicit(&slot->key, memory_order_acquire) == key) {
+        uint64_t rule = atomic_load_explicit(&slot->rule, memory_order_acquire);
+        if (atomic_load_explicit(&slot->key, memory_order_relaxed) == key) {
+            ++*hits;
+            return rule;
+        }
+    }
+    return sw_rule_lookup(c->snap, key, c->signal_safe);
 }
 
-/* One precise step on (ip, sp, fp) by a cached rule, as sw_fp_step does by
- * frame pointers: SW_OK, SW_END, SW_CORRUPT, or SW_ASK_LIBUNWIND. */
-static inline int sw_cfi_step(const sw_cursor *c, sw_cfi_slot *table, unsigned long *hits,
+/* One step on (ip, sp, fp) by the compiled CFI rule, as sw_fp_step does by
+ * frame pointers: SW_OK, SW_END, SW_CORRUPT, SW_STOP (the caller would not
+ * be code), or SW_ASK (no rule this walk may apply here). */
+static inline __attribute__((always_inline)) int sw_cfi_step(const sw_cursor *c, const sw_seg **hint, unsigned long *hits,
                               uintptr_t *ip, uintptr_t *sp, uintptr_t *fp, int exact)
 {
-    uintptr_t key = exact ? *ip : *ip - 1;
-    sw_cfi_slot *slot = &table[(key * 0x9E3779B97F4A7C15u) >> (64 - SW_CFI_SLOT_BITS)];
-    uint64_t rule = 0;
-    if (atomic_load_explicit(&slot->key, memory_order_acquire) == key) {
-        rule = atomic_load_explicit(&slot->rule, memory_order_acquire);
-        if (atomic_load_explicit(&slot->key, memory_order_acquire) != key ||
-            (c->signal_safe && !((rule >> 56) & SW_CFI_PERMANENT)))
-            rule = 0;
-        else
-            ++*hits;
-    }
-    if (!rule)
-        rule = sw_cfi_miss(key, c->signal_safe);
-    unsigned flags = (unsigned)(rule >> 56);
-    if (!(flags & SW_CFI_VALID))
-        return SW_ASK_LIBUNWIND;
-    uintptr_t cfa = ((flags & SW_CFI_CFA_FP) ? *fp : *sp) + (uintptr_t)(int64_t)(int32_t)(uint32_t)rule;
-    uintptr_t ra_at = cfa + (uintptr_t)sw_cfi_field12(rule, 32);
-    if (!sw_in_stack(c, ra_at, sizeof(uintptr_t)) || !sw_progress(c, *sp, cfa))
+    if (!c->snap)
+        return SW_ASK;
+    uint64_t rule = sw_rule_get(c, exact ? *ip : *ip - 1, hits);
+    unsigned flags = sw_rule_flags(rule);
+    /* A module that may have been unloaded: only after checking the loader
+     * (normal context, once per walk), never in signal context. */
+    if (!(flags & SW_RULE_TRUSTED) && (c->signal_safe || !c->refreshed))
+        return SW_ASK;
+    if (flags & SW_RULE_END)
+        return SW_END;
+    if (!(flags & SW_RULE_VALID))
+        return SW_ASK;
+    uintptr_t cfa = ((flags & SW_RULE_CFA_FP) ? *fp : *sp) + (uintptr_t)sw_rule_cfa_off(rule);
+    uintptr_t ra_at = cfa + (uintptr_t)sw_rule_ra_off(rule);
+    /* the CFA is the sp before a call: aligned, on the stack, older */
+    if ((cfa & (sizeof(uintptr_t) - 1)) || !sw_in_stack(c, ra_at, sizeof(uintptr_t)) ||
+        !sw_progress(c, *sp, cfa))
         return SW_CORRUPT;
     uintptr_t nfp = *fp;
-    if (flags & SW_CFI_FP_SAVED) {
-        uintptr_t fp_at = cfa + (uintptr_t)sw_cfi_field12(rule, 44);
+    if (flags & SW_RULE_FP_SAVED) {
+        uintptr_t fp_at = cfa + (uintptr_t)sw_rule_fp_off(rule);
         if (!sw_in_stack(c, fp_at, sizeof(uintptr_t)))
             return SW_CORRUPT;
         nfp = *(const uintptr_t *)fp_at;
@@ -193,6 +295,8 @@ static inline int sw_cfi_step(const sw_cursor *c, sw_cfi_slot *table, unsigned l
     uintptr_t nip = *(const uintptr_t *)ra_at;
     if (nip == 0)
         return SW_END;
+    if (!sw_is_code(c, hint, nip, 0))
+        return c->signal_safe || c->refreshed ? SW_STOP : SW_ASK;
     *ip = nip, *sp = cfa, *fp = nfp;
     return SW_OK;
 }

@@ -1,13 +1,17 @@
-/* The fast unwinder: the frame-pointer chain, and JIT code-range rules.
+/* One step of the native cursor, by every means the walk's mode allows:
+ * a JIT code range's registered rule, the module's compiled CFI rule, a
+ * signal trampoline's saved context, then libunwind (precise walks in
+ * normal context) or the frame-pointer chain (fast walks).
  *
+ * Every caller found must be code (a loaded module's executable segment or
+ * a code range): a value that is not is never reported as a frame; the
+ * step stops instead, and the walk resumes at the next transition Frame.
  * Every load is bounds-checked against the thread's stack first, so a
- * corrupt chain ends the walk instead of faulting (cf. compiler-rt's
- * UnwindFast). A frame pointer that leaves the stack is the normal end of
- * the chain: code without frame pointers uses rbp as a general register
- * (glibc's __libc_start_call_main leaves 0x1 there), and that cannot be
- * told apart from a corrupt value that points elsewhere. A frame pointer
- * that stays on the stack but is misaligned or does not move towards the
- * base is corruption. */
+ * corrupt stack ends the walk instead of faulting (cf. compiler-rt's
+ * UnwindFast). The batch loop in walk.c runs the inline steps itself and
+ * comes here only when they cannot decide. */
+#include <stddef.h>
+
 #include "stackwalk/internal.h"
 
 static inline uintptr_t load(uintptr_t a)
@@ -15,21 +19,26 @@ static inline uintptr_t load(uintptr_t a)
     return *(const uintptr_t *)a;
 }
 
-int sw_step_fp(sw_cursor *c)
+/* Moved to a caller whose registers came from a rule, not libunwind. */
+static void moved(sw_cursor *c, unsigned exact)
 {
-    int st = sw_fp_step(c, &c->regs.ip, &c->regs.sp, &c->regs.fp);
-    if (st == SW_OK)
-        c->exact = 0;
-    return st;
+    c->exact = exact;
+    c->need_init = c->dwarf != NULL;    /* libunwind, if asked next, starts here */
+    c->from_signal = exact;
 }
 
 int sw_step_rule(sw_cursor *c, const crawl_code_range *r)
 {
     if (r->rule.kind == CRAWL_UNWIND_FRAME_POINTER) {
-        int st = sw_step_fp(c);
+        uintptr_t ip = c->regs.ip, sp = c->regs.sp, fp = c->regs.fp;
+        int st = sw_fp_step(c, &ip, &sp, &fp);
         /* Registered code promised a frame pointer: leaving the stack is
          * not a normal end here. */
-        return st == SW_END ? SW_STOP : st;
+        if (st != SW_OK)
+            return st == SW_END ? SW_STOP : st;
+        c->regs.ip = ip, c->regs.sp = sp, c->regs.fp = fp;
+        moved(c, 0);
+        return SW_OK;
     }
     uintptr_t cfa = c->regs.sp + r->rule.frame_size;
     if (cfa < c->regs.sp || !sw_in_stack(c, cfa - 8, 8))
@@ -49,7 +58,25 @@ int sw_step_rule(sw_cursor *c, const crawl_code_range *r)
     c->regs.ip = ip;
     c->regs.sp = cfa;
     c->regs.fp = fp;
-    c->exact = 0;
+    moved(c, 0);
+    return SW_OK;
+}
+
+/* Out of a signal trampoline (x86-64 Linux): the interrupted registers are
+ * in the ucontext the kernel left at sp. The next frame's ip is exact. */
+static int step_sigframe(sw_cursor *c)
+{
+    uintptr_t uc = c->regs.sp;
+    if (!sw_in_stack(c, uc, sizeof(ucontext_t)))
+        return SW_CORRUPT;
+    crawl_regs r;
+    sw_regs_from_ucontext(&r, (const ucontext_t *)uc);
+    if (!sw_in_stack(c, r.sp, 1) || !sw_progress(c, c->regs.sp, r.sp))
+        return SW_CORRUPT;
+    if (!sw_is_code(c, &c->hint, r.ip, 1))
+        return SW_STOP;
+    c->regs = r;
+    moved(c, 1);
     return SW_OK;
 }
 
@@ -70,6 +97,9 @@ void sw_cursor_init(sw_cursor *c, const crawl__thread *th, const crawl_regs *reg
     c->hi = th->stack_hi;
     c->alo = c->ahi = 0;
     c->ranges = ranges;
+    c->hint = NULL;
+    c->hits = 0;
+    c->refreshed = 0;
     /* A walk that starts on the signal stack, or runs on it (a handler
      * walking the context it interrupted), needs its bounds. */
     uintptr_t here = (uintptr_t)__builtin_frame_address(0);
@@ -77,23 +107,85 @@ void sw_cursor_init(sw_cursor *c, const crawl__thread *th, const crawl_regs *reg
         crawl__current_altstack(&c->alo, &c->ahi);
 }
 
-int sw_step(sw_cursor *c)
+/* SW_ASK from here: the answer may change with a fresh module snapshot. */
+static int step_once(sw_cursor *c)
 {
-    /* a return address may be the end of the range (a call as last instruction) */
-    const crawl_code_range *r =
+    const crawl_code_range *range =
         c->ranges ? sw_range_lookup(c->ranges, c->regs.ip - !c->exact) : NULL;
-    if (r) {
-        int st = sw_step_rule(c, r);
-        c->need_init = c->dwarf != NULL; /* libunwind restarts from the new registers */
-        c->from_signal = 0;
+    if (range) {
+        crawl_regs before = c->regs;
+        unsigned exact = c->exact;
+        int st = sw_step_rule(c, range);
+        if (st == SW_OK && !sw_is_code(c, &c->hint, c->regs.ip, 0)) {
+            c->regs = before;
+            moved(c, exact);
+            return c->signal_safe || c->refreshed ? SW_STOP : SW_ASK;
+        }
         return st;
     }
-    if (!c->dwarf)
-        return sw_step_fp(c);
-    if (c->cfi) {
-        int st = sw_step_cfi(c);
-        if (st != SW_ASK_LIBUNWIND)
+    uint64_t rule = 0;
+    if (c->snap && (c->cfi || !c->precise)) {
+        uintptr_t ip = c->regs.ip, sp = c->regs.sp, fp = c->regs.fp;
+        int st = sw_cfi_step(c, &c->hint, &c->hits, &ip, &sp, &fp, (int)c->exact);
+        if (st == SW_OK) {
+            c->regs.ip = ip, c->regs.sp = sp, c->regs.fp = fp;
+            moved(c, 0);
+            return SW_OK;
+        }
+        if (st != SW_ASK)
             return st;
+        rule = sw_rule_get(c, c->exact ? c->regs.ip : c->regs.ip - 1, &c->hits);
+        unsigned flags = sw_rule_flags(rule);
+        if (!(flags & SW_RULE_TRUSTED) && !c->signal_safe && !c->refreshed)
+            return SW_ASK;               /* check the loader first */
+        int usable = !c->signal_safe || (flags & SW_RULE_TRUSTED);
+        if ((flags & SW_RULE_VALID) && usable)
+            return SW_ASK;               /* the caller was not code: maybe newly loaded */
+        if ((flags & SW_RULE_SIGFRAME) && usable)
+            return step_sigframe(c);
+        if (!rule && !c->signal_safe && !c->refreshed)
+            return SW_ASK;               /* the pc is in no module: maybe newly loaded */
+    } else if (c->snap) {
+        rule = sw_seg_find(c->snap, c->exact ? c->regs.ip : c->regs.ip - 1) ? 1 : 0;
     }
-    return sw_step_dwarf(c);
+    if (c->precise) {
+        /* libunwind, for what no rule expresses; never in signal context
+         * (it takes locks), never for a pc in no module (it would guess) */
+        if (c->signal_safe || !rule || !c->dwarf)
+            return SW_STOP;
+        sw_cfi_count_fallback();
+        crawl_regs before = c->regs;
+        unsigned exact = c->exact;
+        int st = sw_step_dwarf(c);
+        if (st == SW_OK && !sw_is_code(c, &c->hint, c->regs.ip, c->exact)) {
+            c->regs = before;
+            moved(c, exact);
+            return SW_STOP;
+        }
+        return st;
+    }
+    /* fast: the frame-pointer chain, where it leads to code */
+    uintptr_t ip = c->regs.ip, sp = c->regs.sp, fp = c->regs.fp;
+    int st = sw_fp_step(c, &ip, &sp, &fp);
+    if (st == SW_OK && sw_is_code(c, &c->hint, ip, 0)) {
+        c->regs.ip = ip, c->regs.sp = sp, c->regs.fp = fp;
+        moved(c, 0);
+        return SW_OK;
+    }
+    /* A frame pointer off the stack is how chains end; anything else
+     * (junk in rbp from code without frame pointers, a caller that is not
+     * code) stops the native part here, with a gap if Frames follow. */
+    return st == SW_END ? SW_END : SW_STOP;
+}
+
+int sw_step(sw_cursor *c)
+{
+    int st = step_once(c);
+    if (st == SW_ASK && !c->signal_safe && !c->refreshed) {
+        c->snap = sw_snap_refresh();
+        c->hint = NULL;
+        c->refreshed = 1;
+        st = step_once(c);
+    }
+    return st == SW_ASK ? SW_STOP : st;
 }

@@ -200,39 +200,69 @@ typedef struct fast_entry {
     uintptr_t ip, sp, fp;
 } fast_entry;
 
-/* One step of the batch loop: by frame pointers, or (precise) by a cached
- * CFI rule. Inline, so each mode gets its own copy of the loop. */
-static inline __attribute__((always_inline)) int batch_step(const sw_cursor *bounds,
-                                                            sw_cfi_slot *table,
-                                                            unsigned long *hits, uintptr_t *ip,
+/* One step of the batch loop. Precise: the compiled CFI rule. Fast: the
+ * frame-pointer chain, except where frame pointers are known to mislead:
+ * the interrupted frame of a signal context (it may not have set up its
+ * frame yet, or keep none), and a step that would pass a Frame (the Frame
+ * must be placed by true frame boundaries, and frameless code in between
+ * makes the chain skip frames); there the CFI rule decides when one is
+ * available. A caller that is not code is never taken. Inline, so each mode
+ * gets its own copy of the loop. */
+static inline __attribute__((always_inline)) int batch_step(sw_cursor *c, int precise,
+                                                            uintptr_t next_key, uintptr_t *ip,
                                                             uintptr_t *sp, uintptr_t *fp,
                                                             int exact)
 {
-    return table ? sw_cfi_step(bounds, table, hits, ip, sp, fp, exact)
-                 : sw_fp_step(bounds, ip, sp, fp);
+    if (precise)
+        return sw_cfi_step(c, &c->hint, &c->hits, ip, sp, fp, exact);
+    uintptr_t nip = *ip, nsp = *sp, nfp = *fp;
+    int st;
+    if (exact) {
+        st = sw_cfi_step(c, &c->hint, &c->hits, &nip, &nsp, &nfp, exact);
+        if (st == SW_OK || st == SW_END || st == SW_CORRUPT)
+            goto out;
+        nip = *ip, nsp = *sp, nfp = *fp;
+    }
+    st = sw_fp_step(c, &nip, &nsp, &nfp);
+    if (st != SW_OK)
+        return SW_ASK;                   /* the slow path asks the CFI first */
+    if (next_key < sw_key(c, nsp) || !sw_is_code(c, &c->hint, nip, 0)) {
+        uintptr_t cip = *ip, csp = *sp, cfp = *fp;
+        int cst = sw_cfi_step(c, &c->hint, &c->hits, &cip, &csp, &cfp, exact);
+        if (cst == SW_OK || cst == SW_END || cst == SW_CORRUPT) {
+            nip = cip, nsp = csp, nfp = cfp;
+            st = cst;
+        } else if (!sw_is_code(c, &c->hint, nip, 0)) {
+            return SW_ASK;
+        }
+    }
+out:
+    if (st == SW_OK)
+        *ip = nip, *sp = nsp, *fp = nfp;
+    return st;
 }
 
 static inline __attribute__((always_inline)) int batch_run(walk *w, unsigned *skip_io,
-                                                           sw_cfi_slot *table)
+                                                           int precise)
 {
     sw_cursor *c = &w->cur;
-    const sw_cursor bounds = *c;
     uintptr_t ip = c->regs.ip, sp = c->regs.sp, fp = c->regs.fp;
     unsigned first_flags = c->exact ? CRAWL_CF_EXACT_IP : 0;
     unsigned skip = *skip_io;
-    unsigned long hits = 0;
     fast_entry buf[FAST_BATCH];
     crawl_regs regs = {0};
     crawl_cf cf = {.kind = CRAWL_CF_NATIVE, .regs = &regs};
     int st = SW_OK;
     while (st == SW_OK && !w->aborted) {
         /* unwind a batch */
-        uintptr_t next_key = w->next ? sw_key(&bounds, (uintptr_t)w->next) : UINTPTR_MAX;
-        unsigned n = 0;
+        uintptr_t next_key = w->next ? sw_key(c, (uintptr_t)w->next) : UINTPTR_MAX;
+        unsigned n = 0, batch = FAST_BATCH;
+        if (w->pcs && w->pcs_max - w->pcs_n < batch)
+            batch = w->pcs_max - w->pcs_n;   /* crawl_backtrace: no step past max */
         int frame_due = 0;
-        while (n < FAST_BATCH) {
+        while (n < batch) {
             uintptr_t nip = ip, nsp = sp, nfp = fp;
-            st = batch_step(&bounds, table, &hits, &nip, &nsp, &nfp,
+            st = batch_step(c, precise, next_key, &nip, &nsp, &nfp,
                             first_flags && n == 0 && (ip == c->regs.ip));
             if (st != SW_OK)
                 break;
@@ -243,7 +273,7 @@ static inline __attribute__((always_inline)) int batch_run(walk *w, unsigned *sk
                 n++;
             }
             ip = nip, sp = nsp, fp = nfp;
-            if (next_key < sw_key(&bounds, sp)) {
+            if (next_key < sw_key(c, sp)) {
                 frame_due = 1;
                 break;
             }
@@ -265,6 +295,8 @@ static inline __attribute__((always_inline)) int batch_run(walk *w, unsigned *sk
                 w->aborted = 1;
             if (frame_due)
                 report_frames_below(w, sp);
+            if (n)
+                first_flags = 0;
             continue;
         }
         /* Report it. The batch ends as soon as a Frame lies below the
@@ -304,19 +336,17 @@ static inline __attribute__((always_inline)) int batch_run(walk *w, unsigned *sk
         c->from_signal = 0;
     }
     c->exact = first_flags != 0;
-    if (hits)
-        crawl__self()->cfi_hits += hits;
     return st;
 }
 
 static int fast_run(walk *w, unsigned *skip_io)
 {
-    return batch_run(w, skip_io, NULL);
+    return batch_run(w, skip_io, 0);
 }
 
-static int precise_run(walk *w, unsigned *skip_io, sw_cfi_slot *table)
+static int precise_run(walk *w, unsigned *skip_io)
 {
-    return batch_run(w, skip_io, table);
+    return batch_run(w, skip_io, 1);
 }
 
 /* w->fn/ctx/flags (and pcs for crawl_backtrace) are set by the caller. */
@@ -330,8 +360,9 @@ static crawl_walk_status run_walk(walk *wp, const crawl_regs *regs, unsigned exa
             return CRAWL_WALK_FAILED;
     }
     unsigned precise = !(flags & CRAWL_WALK_FAST);
-    if (precise && !sw_unw())
-        return CRAWL_WALK_FAILED;
+    if (precise && (flags & CRAWL_WALK_NO_CFI_CACHE) &&
+        (!sw_unw() || (flags & CRAWL_WALK_SIGNAL_SAFE)))
+        return CRAWL_WALK_FAILED;        /* libunwind only, and libunwind is not allowed */
 
     sw_dwarf dwarf;                     /* left uninitialized: libunwind fills it */
     w->frames_left = th->nframes;
@@ -339,13 +370,13 @@ static crawl_walk_status run_walk(walk *wp, const crawl_regs *regs, unsigned exa
     w->next = th->top;
     const sw_range_table *held = sw_ranges_enter();
     const sw_range_table *ranges = held && held->n ? held : NULL;
-    sw_cursor_init(&w->cur, th, regs, exact, precise ? &dwarf : NULL, ranges);
-    if (precise && !(flags & CRAWL_WALK_NO_CFI_CACHE)) {
-        w->cur.cfi = 1;
-        w->cur.signal_safe = (flags & CRAWL_WALK_SIGNAL_SAFE) != 0;
-        if (!w->cur.signal_safe)
-            sw_cfi_check_generation();   /* code unloaded since? (takes the loader's lock) */
-    }
+    sw_cursor_init(&w->cur, th, regs, exact, precise && sw_unw() ? &dwarf : NULL, ranges);
+    /* Modules that can be unloaded are checked against the loader (its
+     * lock: normal context only) the first time the walk meets one. */
+    w->cur.snap = sw_snap_enter();
+    w->cur.precise = precise;
+    w->cur.cfi = !(flags & CRAWL_WALK_NO_CFI_CACHE);
+    w->cur.signal_safe = (flags & CRAWL_WALK_SIGNAL_SAFE) != 0;
     /* Frames newer than the first frame belong to crawl's caller's callees:
      * a signal handler that pushed Frames before walking the context it
      * interrupted. They are not part of this stack. */
@@ -357,25 +388,23 @@ static crawl_walk_status run_walk(walk *wp, const crawl_regs *regs, unsigned exa
         report_all_frames(w);
     } else {
         int live = 1;
-        sw_cfi_slot *table = precise && w->cur.cfi && !ranges ? sw_cfi_table() : NULL;
+        int batch = !ranges && w->cur.snap && (w->cur.cfi || !precise);
         while (live && !w->aborted) {
             crawl_regs r;
             unsigned r_exact;
-            int st = SW_ASK_LIBUNWIND;
-            if (!ranges && (!precise || table)) {
-                st = precise ? precise_run(w, &skip, table) : fast_run(w, &skip);
+            int st = SW_ASK;
+            if (batch) {
+                st = precise ? precise_run(w, &skip) : fast_run(w, &skip);
                 if (w->aborted)
                     break;
                 r = w->cur.regs;
                 r_exact = w->cur.exact;
             }
-            if (st == SW_ASK_LIBUNWIND) {
-                /* the generic path: one step (libunwind, or a JIT rule) */
-                if (table)
-                    sw_cfi_count_fallback();
+            if (st == SW_ASK) {
+                /* the slow path: one step by every means the mode allows */
                 r = w->cur.regs;
                 r_exact = w->cur.exact;
-                st = table ? sw_step_dwarf(&w->cur) : sw_step(&w->cur);
+                st = sw_step(&w->cur);
                 if (st == SW_OK && skip) {
                     skip--;
                     continue;
@@ -404,7 +433,12 @@ static crawl_walk_status run_walk(walk *wp, const crawl_regs *regs, unsigned exa
                 live = 0;
         }
     }
+    if (w->cur.hits)
+        __atomic_store_n(&th->cfi_hits, th->cfi_hits + w->cur.hits, __ATOMIC_RELAXED);
+    sw_snap_exit();
     sw_ranges_exit(held);
+    if (!w->cur.signal_safe)
+        sw_modules_reclaim();
     if (w->aborted)
         return CRAWL_WALK_ABORTED;
     return w->corrupt ? CRAWL_WALK_FAILED : CRAWL_WALK_DONE;

@@ -245,12 +245,21 @@ static void test_dlopen_replaced(void **state)
 
 /* ---- signal-safe walks: only rules that cannot go stale ------------------------- */
 
+/* The signal-safe walk (compiled rules only, never libunwind) against a
+ * normal-context libunwind walk of the same stack; a test may do that in a
+ * handler it raised itself. */
+static unsigned long fb_signal_safe;     /* libunwind steps during the signal-safe walk */
+
 NOINLINE static void walk_both_signal_safe(void)
 {
     memset(&cached, 0, sizeof cached);
     memset(&plain, 0, sizeof plain);
+    unsigned long fb0, fb1;
+    crawl_cfi_cache_stats(NULL, NULL, &fb0);
     cached.st = crawl_walk(keep, &cached, CRAWL_WALK_SIGNAL_SAFE);
-    plain.st = crawl_walk(keep, &plain, CRAWL_WALK_SIGNAL_SAFE | CRAWL_WALK_NO_CFI_CACHE);
+    crawl_cfi_cache_stats(NULL, NULL, &fb1);
+    fb_signal_safe = fb1 - fb0;
+    plain.st = crawl_walk(keep, &plain, CRAWL_WALK_NO_CFI_CACHE);
     __asm__ volatile("" ::: "memory");
 }
 
@@ -273,23 +282,36 @@ static void test_signal_safe_walks(void **state)
     sigemptyset(&sa.sa_mask);
     sigaction(SIGUSR2, &sa, &old);
     in_handler = walk_both_signal_safe;
-    walk_both();                          /* fills rules for this program's frames */
-    unsigned long hits0, misses0, fb0, hits1, misses1, fb1;
-    crawl_cfi_cache_stats(&hits0, &misses0, &fb0);
+    /* through the signal trampoline, libc and this program, with rules no
+     * normal-context walk of this stack filled */
+    unsigned long hits0, hits1;
+    crawl_cfi_cache_stats(&hits0, NULL, NULL);
     raise(SIGUSR2);
-    crawl_cfi_cache_stats(&hits1, &misses1, &fb1);
+    crawl_cfi_cache_stats(&hits1, NULL, NULL);
     expect_same("signal-safe walk in a handler");
-    assert_true(hits1 > hits0);           /* this program's rules were used */
+    assert_int_equal(fb_signal_safe, 0);
+    raise(SIGUSR2);
+    crawl_cfi_cache_stats(&hits1, NULL, NULL);
+    expect_same("signal-safe walk in a handler (again)");
+    assert_true(hits1 > hits0);           /* served from the rule cache */
+    assert_int_equal(fb_signal_safe, 0);
 
-    /* a dlopen'ed module may be unloaded: its frames go to libunwind */
+    /* a dlopen'ed module may be unloaded and replaced at any time, which a
+     * handler cannot check: a signal-safe walk stops at its frame */
     void *h = dlopen(PLUGIN_A, RTLD_NOW | RTLD_LOCAL);
     void (*call)(void (*)(void)) = (void (*)(void (*)(void)))dlsym(h, "plugin_call");
-    call(walk_both);                      /* a normal walk fills its rule */
-    crawl_cfi_cache_stats(NULL, NULL, &fb0);
-    call(plugin_target);                  /* then a signal-safe walk through it */
-    crawl_cfi_cache_stats(NULL, NULL, &fb1);
-    expect_same("signal-safe walk through a dlopen'ed module");
-    assert_true(fb1 > fb0);
+    call(walk_both);                      /* a normal walk sees the module (and compiles it) */
+    call(plugin_target);
+    assert_int_equal(cached.st, CRAWL_WALK_DONE);
+    assert_int_equal(fb_signal_safe, 0);
+    assert_true(cached.n > 3 && cached.n < plain.n);
+    for (unsigned i = 1; i < cached.n; i++) {
+        assert_int_equal(cached.ip[i], plain.ip[i]);
+        assert_int_equal(cached.sp[i], plain.sp[i]);
+    }
+    Dl_info info;
+    assert_true(dladdr((void *)(cached.ip[cached.n - 1] - 1), &info) && info.dli_fname);
+    assert_non_null(strstr(info.dli_fname, "plugin"));   /* the last frame is the plugin's */
     dlclose(h);
     sigaction(SIGUSR2, &old, NULL);
 }

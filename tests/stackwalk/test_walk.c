@@ -144,25 +144,20 @@ static void check_qsort_trace(unsigned flags)
     EXPECT(strcmp(T.r[tr + 1].name, "script:sort_all") == 0);
     EXPECT(strcmp(T.r[tr + 2].name, "vm_calls_qsort") == 0);
     EXPECT(strcmp(T.r[tr + 3].name, "check_qsort_interleaving") == 0);
-    if (flags & FAST) {
-        /* libc has no frame pointers: the fast walk resumed at the transition
-         * (under AddressSanitizer the caller is its interceptor, which has) */
-        if (strstr(T.r[tr - 1].module, "libc.so")) {
-            EXPECT(T.r[tr].flags & CRAWL_CF_AFTER_GAP);
-            EXPECT(T.r[tr + 2].ip == ((crawl_transition *)T.r[tr].frame)->regs.ip);
-        }
-    } else {
-        /* DWARF CFI walks through libc and names qsort's entry point */
-        EXPECT(!(T.r[tr].flags & CRAWL_CF_AFTER_GAP));
-        int q = -1;
-        for (int i = 3; i < tr; i++)
-            if (strstr(T.r[i].name, "qsort"))
-                q = i;
-        EXPECT(q == tr - 1);
-        /* no Frame reported after a gap anywhere */
-        for (unsigned i = 0; i < T.n; i++)
-            EXPECT(!(T.r[i].flags & CRAWL_CF_AFTER_GAP));
-    }
+    /* DWARF CFI walks through libc and names qsort's entry point; fast
+     * walks too: libc has no frame pointers, and where the chain fails or
+     * would pass a Frame they ask the compiled CFI (under AddressSanitizer
+     * the caller is its interceptor) */
+    EXPECT(!(T.r[tr].flags & CRAWL_CF_AFTER_GAP));
+    int q = -1;
+    for (int i = 3; i < tr; i++)
+        if (strstr(T.r[i].name, "qsort"))
+            q = i;
+    EXPECT(q == tr - 1);
+    /* no Frame reported after a gap anywhere */
+    for (unsigned i = 0; i < T.n; i++)
+        EXPECT(!(T.r[i].flags & CRAWL_CF_AFTER_GAP));
+    (void)flags;
 }
 
 NOINLINE static void check_qsort_interleaving(unsigned flags)
@@ -487,9 +482,12 @@ static void test_resume_past_code_without_unwind_info(void **state)
         t_name(&T);
         EXPECT(T.st == CRAWL_WALK_DONE);
         EXPECT(strcmp(T.r[0].name, "walker") == 0 && strcmp(T.r[1].name, "jit_callback") == 0);
-        EXPECT(T.r[2].kind == CRAWL_CF_NATIVE && T.r[2].ip - (uintptr_t)jit_code < sizeof jit_bytes);
-        int tr = t_find(&T, "[transition]", 3);
-        EXPECT(tr == 3);
+        /* unregistered JIT code is not code to crawl: no frame there, the
+         * walk resumes at the transition Frame */
+        for (unsigned i = 0; i < T.n; i++)
+            EXPECT(T.r[i].ip - (uintptr_t)jit_code >= 4096);
+        int tr = t_find(&T, "[transition]", 2);
+        EXPECT(tr == 2);
         EXPECT(T.r[tr].flags & CRAWL_CF_AFTER_GAP);
         EXPECT(strcmp(T.r[tr + 1].name, "script:jitted") == 0);
         EXPECT(strcmp(T.r[tr + 2].name, "vm_calls_jit") == 0);

@@ -1,0 +1,428 @@
+/* Loaded modules: which addresses hold code, which code can never be
+ * unloaded, and the snapshot of both that walks read lock-free.
+ *
+ * A snapshot is an immutable, sorted array of the executable segments of
+ * every loaded module, each pointing at its module record (which carries the
+ * module's compiled CFI, see cfi_cache.c) plus the rule cache for that set of
+ * modules. It is rebuilt in normal context when glibc's load/unload counters
+ * (dl_iterate_phdr's dlpi_adds/dlpi_subs) change, and published with one
+ * atomic store. Walks, including signal handlers, announce themselves in a
+ * reader count; replaced snapshots, their rule caches and the modules that
+ * left are freed only when a writer sees no reader (sequentially consistent
+ * counter and pointer, as for code ranges): a handler never reads freed
+ * memory.
+ *
+ * A signal handler cannot ask the loader whether a module was unloaded since
+ * the snapshot was built (that takes the loader's lock), so signal-safe walks
+ * trust only modules that can never be unloaded: the program, the libraries
+ * it was linked against (the DT_NEEDED closure) and the vDSO. */
+#include <link.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+
+#include "stackwalk/internal.h"
+
+static _Atomic(sw_snapshot *) current;
+static atomic_uint readers;
+static pthread_mutex_t build_lock = PTHREAD_MUTEX_INITIALIZER;
+static sw_module *modules;               /* every module record alive, under build_lock */
+
+typedef struct retired {
+    struct retired *next;
+    sw_snapshot *snap;
+    sw_cfi_slot *cache;                  /* its rule cache, unless the next snapshot took it over */
+    sw_module *mods;                     /* modules that left, linked by next */
+} retired;
+static retired *retired_list;            /* under build_lock */
+static atomic_int retired_pending;       /* retired_list is not empty */
+
+/* ---- permanence ---------------------------------------------------------- */
+
+/* The modules that can never be unloaded are the program, the libraries it
+ * was linked against (the DT_NEEDED closure from the program; the dynamic
+ * linker is in it through libc) and the vDSO. Libraries loaded with dlopen,
+ * LD_PRELOAD'ed ones (kept out to stay on the safe side) and libcrawl itself
+ * when it was dlopen'ed are not. Computed once, when libcrawl loads. */
+#define MAX_PERMANENT 64
+static struct {
+    uintptr_t lo, hi;
+} permanent[MAX_PERMANENT];
+static int npermanent;
+
+#define MAX_MODULES 256
+typedef struct dynmod {
+    const char *file;                    /* the file name, without its directory */
+    const char *soname;                  /* DT_SONAME, or "" */
+    const ElfW(Dyn) *dyn;
+    const char *strtab;                  /* of dyn; NULL without one */
+    uintptr_t base;
+    const ElfW(Phdr) *phdr;
+    int phnum, keep;
+} dynmod;
+
+typedef struct dynmod_list {
+    dynmod m[MAX_MODULES];
+    int n;
+} dynmod_list;
+
+/* ld.so relocates DT_STRTAB in place for the objects it loads, not in the
+ * vDSO's read-only dynamic section. */
+static int collect_dynmod(struct dl_phdr_info *info, size_t size, void *arg)
+{
+    (void)size;
+    dynmod_list *ms = arg;
+    if (ms->n == MAX_MODULES)
+        return 1;
+    dynmod *m = &ms->m[ms->n++];
+    const char *path = info->dlpi_name ? info->dlpi_name : "", *slash = strrchr(path, '/');
+    *m = (dynmod){.base = info->dlpi_addr, .phdr = info->dlpi_phdr, .phnum = info->dlpi_phnum,
+                  .file = slash ? slash + 1 : path, .soname = ""};
+    for (int i = 0; i < m->phnum; i++)
+        if (m->phdr[i].p_type == PT_DYNAMIC)
+            m->dyn = (const ElfW(Dyn) *)(m->base + m->phdr[i].p_vaddr);
+    for (const ElfW(Dyn) *d = m->dyn; d && d->d_tag != DT_NULL; d++)
+        if (d->d_tag == DT_STRTAB)
+            m->strtab = (const char *)(d->d_un.d_ptr < m->base ? m->base + d->d_un.d_ptr
+                                                               : d->d_un.d_ptr);
+    for (const ElfW(Dyn) *d = m->dyn; m->strtab && d->d_tag != DT_NULL; d++)
+        if (d->d_tag == DT_SONAME)
+            m->soname = m->strtab + d->d_un.d_val;
+    return 0;
+}
+
+/* Marks what m needs, queueing each newly marked module. The first module
+ * of a name wins: dl_iterate_phdr lists the program's own namespace first. */
+static void keep_needed(dynmod_list *ms, const dynmod *m, int *queue, int *nq)
+{
+    for (const ElfW(Dyn) *d = m->dyn; m->strtab && d->d_tag != DT_NULL; d++) {
+        if (d->d_tag != DT_NEEDED)
+            continue;
+        const char *needed = m->strtab + d->d_un.d_val;
+        for (int i = 0; i < ms->n; i++)
+            if (strcmp(ms->m[i].soname, needed) == 0 || strcmp(ms->m[i].file, needed) == 0) {
+                if (!ms->m[i].keep) {
+                    ms->m[i].keep = 1;
+                    queue[(*nq)++] = i;
+                }
+                break;
+            }
+    }
+}
+
+static void find_permanent_modules(void)
+{
+    dynmod_list *ms = calloc(1, sizeof *ms); /* 14 KiB: neither bss nor the loader's stack */
+    if (!ms)
+        return;                          /* nothing is permanent: signal-safe walks stop early */
+    dl_iterate_phdr(collect_dynmod, ms);
+    int queue[MAX_MODULES], nq = 0;
+    for (int i = 0; i < ms->n; i++)      /* the program (listed first) and the vDSO */
+        if (i == 0 || strncmp(ms->m[i].file, "linux-vdso", 10) == 0) {
+            ms->m[i].keep = 1;
+            queue[nq++] = i;
+        }
+    for (int q = 0; q < nq; q++)
+        keep_needed(ms, &ms->m[queue[q]], queue, &nq);
+    for (int i = 0; i < ms->n; i++) {
+        const dynmod *m = &ms->m[i];
+        for (int k = 0; m->keep && k < m->phnum && npermanent < MAX_PERMANENT; k++) {
+            const ElfW(Phdr) *ph = &m->phdr[k];
+            if (ph->p_type == PT_LOAD && (ph->p_flags & PF_X)) {
+                permanent[npermanent].lo = m->base + ph->p_vaddr;
+                permanent[npermanent].hi = m->base + ph->p_vaddr + ph->p_memsz;
+                npermanent++;
+            }
+        }
+    }
+    free(ms);
+}
+
+static int is_permanent(uintptr_t pc)
+{
+    for (int i = 0; i < npermanent; i++)
+        if (pc >= permanent[i].lo && pc < permanent[i].hi)
+            return 1;
+    return 0;
+}
+
+/* ---- building a snapshot ------------------------------------------------- */
+
+typedef struct building {
+    sw_seg *seg;
+    size_t n, cap;
+    unsigned long adds, subs;
+    int failed;
+} building;
+
+static sw_module *find_or_add_module(struct dl_phdr_info *info, uintptr_t eh_hdr)
+{
+    const char *name = info->dlpi_name ? info->dlpi_name : "";
+    for (sw_module *m = modules; m; m = m->next)
+        if (m->bias == info->dlpi_addr && m->eh_frame_hdr == eh_hdr && strcmp(m->name, name) == 0)
+            return m;
+    size_t len = strlen(name);
+    sw_module *m = calloc(1, sizeof *m + len + 1);
+    if (!m)
+        return NULL;
+    m->bias = info->dlpi_addr;
+    m->eh_frame_hdr = eh_hdr;
+    memcpy(m->name, name, len + 1);
+    m->next = modules;
+    modules = m;
+    return m;
+}
+
+/* Linked with -z nodelete (DF_1_NODELETE): dlclose never unmaps it. */
+static int nodelete(const struct dl_phdr_info *info)
+{
+    for (int i = 0; i < info->dlpi_phnum; i++) {
+        if (info->dlpi_phdr[i].p_type != PT_DYNAMIC)
+            continue;
+        const ElfW(Dyn) *d = (const ElfW(Dyn) *)(info->dlpi_addr + info->dlpi_phdr[i].p_vaddr);
+        for (; d->d_tag != DT_NULL; d++)
+            if (d->d_tag == DT_FLAGS_1 && (d->d_un.d_val & DF_1_NODELETE))
+                return 1;
+    }
+    return 0;
+}
+
+static int collect_segments(struct dl_phdr_info *info, size_t size, void *arg)
+{
+    building *b = arg;
+    if (size >= offsetof(struct dl_phdr_info, dlpi_subs) + sizeof info->dlpi_subs) {
+        b->adds = info->dlpi_adds;
+        b->subs = info->dlpi_subs;
+    }
+    uintptr_t eh_hdr = 0;
+    for (int i = 0; i < info->dlpi_phnum; i++)
+        if (info->dlpi_phdr[i].p_type == PT_GNU_EH_FRAME)
+            eh_hdr = info->dlpi_addr + info->dlpi_phdr[i].p_vaddr;
+    sw_module *m = NULL;
+    for (int i = 0; i < info->dlpi_phnum; i++) {
+        const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
+        if (ph->p_type != PT_LOAD || !(ph->p_flags & PF_X) || ph->p_memsz == 0)
+            continue;
+        if (!m && !(m = find_or_add_module(info, eh_hdr))) {
+            b->failed = 1;
+            return 1;
+        }
+        if (b->n == b->cap) {
+            size_t cap = b->cap ? 2 * b->cap : 64;
+            sw_seg *s = realloc(b->seg, cap * sizeof *s);
+            if (!s) {
+                b->failed = 1;
+                return 1;
+            }
+            b->seg = s, b->cap = cap;
+        }
+        uintptr_t lo = info->dlpi_addr + ph->p_vaddr;
+        b->seg[b->n++] = (sw_seg){lo, lo + ph->p_memsz, m};
+        m->permanent = is_permanent(lo) || nodelete(info);
+        m->seen = 1;
+    }
+    return 0;
+}
+
+static int seg_cmp(const void *a, const void *b)
+{
+    const sw_seg *x = a, *y = b;
+    return x->lo < y->lo ? -1 : x->lo > y->lo;
+}
+
+static sw_cfi_slot *cache_new(void)
+{
+    void *p = mmap(NULL, SW_CFI_SLOTS * sizeof(sw_cfi_slot), PROT_READ | PROT_WRITE,
+                   MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    return p == MAP_FAILED ? NULL : p;
+}
+
+static void free_retired(retired *r)
+{
+    if (r->cache)
+        munmap(r->cache, SW_CFI_SLOTS * sizeof(sw_cfi_slot));
+    free(r->snap);
+    while (r->mods) {
+        sw_module *m = r->mods;
+        r->mods = m->next;
+        sw_rules_free((sw_rules *)atomic_load(&m->rules));
+        free(m);
+    }
+    free(r);
+}
+
+/* Free what no walk can hold any more (under build_lock). */
+static void reclaim(void)
+{
+    if (retired_list && atomic_load(&readers) == 0) {
+        while (retired_list) {
+            retired *r = retired_list;
+            retired_list = r->next;
+            free_retired(r);
+        }
+        atomic_store(&retired_pending, 0);
+    }
+}
+
+/* The current counters, without building anything. */
+static int read_counters(struct dl_phdr_info *info, size_t size, void *arg)
+{
+    unsigned long *c = arg;
+    if (size >= offsetof(struct dl_phdr_info, dlpi_subs) + sizeof info->dlpi_subs) {
+        c[0] = info->dlpi_adds;
+        c[1] = info->dlpi_subs;
+    }
+    return 1;                            /* the same in every callback: stop at the first */
+}
+
+/* Build and publish a snapshot if the loaded modules changed (under
+ * build_lock). 1 if one was published, 0 if none was needed, -1. */
+static int rebuild(void)
+{
+    sw_snapshot *old = atomic_load(&current);
+    if (old) {
+        unsigned long c[2] = {0, 0};
+        dl_iterate_phdr(read_counters, c);
+        if (c[0] == old->adds && c[1] == old->subs)
+            return 0;
+    }
+    for (sw_module *m = modules; m; m = m->next)
+        m->seen = 0;
+    sw_rules_forget_modules();           /* libdwfl's view of the old module list */
+    building b = {0};
+    dl_iterate_phdr(collect_segments, &b);
+    sw_snapshot *s = b.failed ? NULL : malloc(sizeof *s + b.n * sizeof s->seg[0]);
+    /* Rules of modules that stayed stay valid; a module that left may have
+     * been replaced at its addresses, so its cached rules must go: a new
+     * rule cache whenever anything was unloaded. */
+    int unloaded = old && b.subs != old->subs;
+    sw_cfi_slot *cache = s ? (unloaded || !old ? cache_new() : old->cache) : NULL;
+    if (!s || !cache) {
+        free(s);
+        free(b.seg);
+        return -1;
+    }
+    s->adds = b.adds, s->subs = b.subs, s->cache = cache, s->n = b.n;
+    memcpy(s->seg, b.seg, b.n * sizeof s->seg[0]);
+    free(b.seg);
+    qsort(s->seg, s->n, sizeof s->seg[0], seg_cmp);
+
+    retired *r = old ? calloc(1, sizeof *r) : NULL;
+    sw_module **link = &modules;
+    while (*link) {                      /* modules that left */
+        sw_module *m = *link;
+        if (m->seen) {
+            link = &m->next;
+            continue;
+        }
+        *link = m->next;
+        if (r) {
+            m->next = r->mods;
+            r->mods = m;
+        }                                /* else: leak rather than free under a reader */
+    }
+    atomic_store(&current, s);
+    if (r) {
+        r->snap = old;
+        r->cache = cache != old->cache ? old->cache : NULL;
+        r->next = retired_list;
+        retired_list = r;
+        atomic_store(&retired_pending, 1);
+    }
+    reclaim();
+    return 1;
+}
+
+/* fork(): the child has only the forking thread; a builder that held the
+ * lock, or walks counted in readers, existed only in the parent. */
+static void fork_prepare(void) { pthread_mutex_lock(&build_lock); }
+static void fork_parent(void) { pthread_mutex_unlock(&build_lock); }
+static void fork_child(void)
+{
+    pthread_mutex_unlock(&build_lock);
+    atomic_store(&readers, 0);
+}
+
+__attribute__((constructor)) static void modules_init(void)
+{
+    find_permanent_modules();
+    pthread_atfork(fork_prepare, fork_parent, fork_child);
+    pthread_mutex_lock(&build_lock);
+    rebuild();                           /* signal-safe walks need a snapshot from the start */
+    pthread_mutex_unlock(&build_lock);
+}
+
+/* Compile m once (under build_lock). */
+static void compile(sw_module *m)
+{
+    if (atomic_load(&m->compiled))
+        return;
+    atomic_store_explicit(&m->rules, sw_rules_compile(m), memory_order_release);
+    atomic_store_explicit(&m->compiled, 1, memory_order_release);
+}
+
+/* ---- the readers' side --------------------------------------------------- */
+
+const sw_snapshot *sw_snap_enter(void)
+{
+    atomic_fetch_add(&readers, 1);
+    return atomic_load(&current);
+}
+
+void sw_snap_exit(void)
+{
+    atomic_fetch_sub(&readers, 1);
+}
+
+const sw_snapshot *sw_snap_refresh(void)
+{
+    unsigned long c[2] = {0, 0};
+    dl_iterate_phdr(read_counters, c);
+    sw_snapshot *s = atomic_load(&current);
+    if (s && c[0] == s->adds && c[1] == s->subs)
+        return s;
+    pthread_mutex_lock(&build_lock);
+    rebuild();
+    pthread_mutex_unlock(&build_lock);
+    return atomic_load(&current);
+}
+
+const sw_rules *sw_module_rules(sw_module *m)
+{
+    const sw_rules *r = atomic_load_explicit(&m->rules, memory_order_acquire);
+    if (r || atomic_load_explicit(&m->compiled, memory_order_acquire))
+        return r;
+    pthread_mutex_lock(&build_lock);
+    compile(m);
+    r = atomic_load(&m->rules);
+    pthread_mutex_unlock(&build_lock);
+    return r;
+}
+
+int sw_modules_warm(void)
+{
+    pthread_mutex_lock(&build_lock);
+    int rc = rebuild();
+    int with_cfi = 0;
+    const sw_snapshot *s = atomic_load(&current);
+    for (size_t i = 0; s && i < s->n; i++) {
+        compile(s->seg[i].mod);
+    }
+    for (sw_module *m = modules; m; m = m->next)
+        with_cfi += atomic_load(&m->rules) != NULL;
+    pthread_mutex_unlock(&build_lock);
+    return rc < 0 ? rc : with_cfi;
+}
+
+void sw_modules_reclaim(void)
+{
+    if (!atomic_load_explicit(&retired_pending, memory_order_relaxed) ||
+        atomic_load(&readers) != 0)
+        return;
+    if (pthread_mutex_trylock(&build_lock) != 0)
+        return;
+    reclaim();
+    pthread_mutex_unlock(&build_lock);
+}
