@@ -10,19 +10,6 @@
 
 #include "frames/internal.h"
 
-/* What a walk callback sees (opaque in the public headers). */
-struct crawl_cf {
-    crawl_kind kind;
-    unsigned flags;
-    unsigned depth;
-    uintptr_t ip, sp;
-    crawl_frame *frame;
-    const void *method;
-    const crawl_regs *regs;
-    const crawl_vm_frame *vm;
-    const char *name;
-};
-
 /* ---- code ranges (code_range.c) ----------------------------------------- */
 typedef struct sw_range_table {
     size_t n;
@@ -149,6 +136,11 @@ typedef struct sw_dwarf {
     ucontext_t uctx;                    /* register source for libunwind */
 } sw_dwarf;
 
+/* A segment known to be code, kept by value so a loop holds it in registers. */
+typedef struct sw_hint {
+    uintptr_t lo, len;
+} sw_hint;
+
 typedef struct sw_cursor {
     crawl_regs regs;                    /* the current frame */
     unsigned exact;                     /* regs.ip is an exact pc */
@@ -159,7 +151,7 @@ typedef struct sw_cursor {
     const sw_range_table *ranges;
     sw_dwarf *dwarf;                    /* NULL: fast (frame-pointer) mode */
     const sw_snapshot *snap;            /* loaded modules and the rule cache */
-    const sw_seg *hint;                 /* the segment of the last pc found to be code */
+    sw_hint hint;                       /* the segment of the last pc found to be code */
     unsigned precise;
     unsigned cfi;                       /* precise: use compiled rules (else libunwind only) */
     unsigned signal_safe;
@@ -207,23 +199,20 @@ static inline int sw_progress(const sw_cursor *c, uintptr_t old_sp, uintptr_t ne
     return sw_key(c, new_sp) > sw_key(c, old_sp);
 }
 
+/* sw_is_code's search, out of line to keep walk loops small (unwind_fp.c). */
+int sw_is_code_slow(const sw_snapshot *snap, const sw_range_table *ranges, sw_hint *hint,
+                    uintptr_t pc);
+
 /* Is a return address (or, exact, a pc) inside executable code: a loaded
  * module's executable segment or a JIT code range? *hint caches the last
- * segment found, so the common case is two comparisons. */
-static inline __attribute__((always_inline)) int sw_is_code(const sw_cursor *c, const sw_seg **hint, uintptr_t ip, int exact)
+ * segment found, so the common case is one subtraction and a compare. */
+static inline __attribute__((always_inline)) int sw_is_code(const sw_cursor *c, sw_hint *hint,
+                                                            uintptr_t ip, int exact)
 {
     uintptr_t pc = exact ? ip : ip - 1;
-    const sw_seg *g = *hint;
-    if (g && pc - g->lo < g->hi - g->lo)
+    if (__builtin_expect(pc - hint->lo < hint->len, 1))
         return 1;
-    if (ip < 4096)
-        return 0;
-    g = sw_seg_find(c->snap, pc);
-    if (g) {
-        *hint = g;
-        return 1;
-    }
-    return c->ranges && sw_range_lookup(c->ranges, pc);
+    return sw_is_code_slow(c->snap, c->ranges, hint, pc);
 }
 
 /* One frame-pointer step on (ip, sp, fp): SW_OK, SW_END (fp leaves the
@@ -261,15 +250,13 @@ static inline __attribute__((always_inline)) uint64_t sw_rule_get(const sw_curso
     return sw_rule_lookup(c->snap, key, c->signal_safe);
 }
 
-/* One step on (ip, sp, fp) by the compiled CFI rule, as sw_fp_step does by
- * frame pointers: SW_OK, SW_END, SW_CORRUPT, SW_STOP (the caller would not
- * be code), or SW_ASK (no rule this walk may apply here). */
-static inline __attribute__((always_inline)) int sw_cfi_step(const sw_cursor *c, const sw_seg **hint, unsigned long *hits,
-                              uintptr_t *ip, uintptr_t *sp, uintptr_t *fp, int exact)
+/* Apply rule to (ip, sp, fp), as sw_fp_step does by frame pointers:
+ * SW_OK, SW_END, SW_CORRUPT, or SW_ASK (no rule this walk may apply). The
+ * caller found is not checked to be code. */
+static inline __attribute__((always_inline)) int sw_rule_apply(const sw_cursor *c, uint64_t rule,
+                                                               uintptr_t *ip, uintptr_t *sp,
+                                                               uintptr_t *fp)
 {
-    if (!c->snap)
-        return SW_ASK;
-    uint64_t rule = sw_rule_get(c, exact ? *ip : *ip - 1, hits);
     unsigned flags = sw_rule_flags(rule);
     /* A module that may have been unloaded: only after checking the loader
      * (normal context, once per walk), never in signal context. */
@@ -295,9 +282,33 @@ static inline __attribute__((always_inline)) int sw_cfi_step(const sw_cursor *c,
     uintptr_t nip = *(const uintptr_t *)ra_at;
     if (nip == 0)
         return SW_END;
-    if (!sw_is_code(c, hint, nip, 0))
-        return c->signal_safe || c->refreshed ? SW_STOP : SW_ASK;
     *ip = nip, *sp = cfa, *fp = nfp;
+    return SW_OK;
+}
+
+/* "The caller is not code": stop, unless a normal-context walk has not
+ * asked the loader yet (the code may be newly loaded). */
+static inline int sw_not_code(const sw_cursor *c)
+{
+    return c->signal_safe || c->refreshed ? SW_STOP : SW_ASK;
+}
+
+/* One step on (ip, sp, fp) by the compiled CFI rule: sw_rule_apply, and the
+ * caller found must be code (SW_STOP or SW_ASK otherwise). */
+static inline __attribute__((always_inline)) int sw_cfi_step(const sw_cursor *c, sw_hint *hint,
+                                                             unsigned long *hits, uintptr_t *ip,
+                                                             uintptr_t *sp, uintptr_t *fp,
+                                                             int exact)
+{
+    if (!c->snap)
+        return SW_ASK;
+    uintptr_t nip = *ip, nsp = *sp, nfp = *fp;
+    int st = sw_rule_apply(c, sw_rule_get(c, exact ? *ip : *ip - 1, hits), &nip, &nsp, &nfp);
+    if (st != SW_OK)
+        return st;
+    if (!sw_is_code(c, hint, nip, 0))
+        return sw_not_code(c);
+    *ip = nip, *sp = nsp, *fp = nfp;
     return SW_OK;
 }
 

@@ -19,6 +19,20 @@ static inline uintptr_t load(uintptr_t a)
     return *(const uintptr_t *)a;
 }
 
+__attribute__((noinline)) int sw_is_code_slow(const sw_snapshot *snap,
+                                              const sw_range_table *ranges, sw_hint *hint,
+                                              uintptr_t pc)
+{
+    if (pc < 4096)
+        return 0;
+    const sw_seg *g = sw_seg_find(snap, pc);
+    if (g) {
+        hint->lo = g->lo, hint->len = g->hi - g->lo;
+        return 1;
+    }
+    return ranges && sw_range_lookup(ranges, pc);
+}
+
 /* Moved to a caller whose registers came from a rule, not libunwind. */
 static void moved(sw_cursor *c, unsigned exact)
 {
@@ -97,7 +111,7 @@ void sw_cursor_init(sw_cursor *c, const crawl__thread *th, const crawl_regs *reg
     c->hi = th->stack_hi;
     c->alo = c->ahi = 0;
     c->ranges = ranges;
-    c->hint = NULL;
+    c->hint = (sw_hint){0, 0};
     c->hits = 0;
     c->refreshed = 0;
     /* A walk that starts on the signal stack, or runs on it (a handler
@@ -119,7 +133,7 @@ static int step_once(sw_cursor *c)
         if (st == SW_OK && !sw_is_code(c, &c->hint, c->regs.ip, 0)) {
             c->regs = before;
             moved(c, exact);
-            return c->signal_safe || c->refreshed ? SW_STOP : SW_ASK;
+            return sw_not_code(c);
         }
         return st;
     }
@@ -183,7 +197,7 @@ int sw_step(sw_cursor *c)
     int st = step_once(c);
     if (st == SW_ASK && !c->signal_safe && !c->refreshed) {
         c->snap = sw_snap_refresh();
-        c->hint = NULL;
+        c->hint = (sw_hint){0, 0};
         c->refreshed = 1;
         st = step_once(c);
     }

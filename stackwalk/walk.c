@@ -208,77 +208,118 @@ typedef struct fast_entry {
  * makes the chain skip frames); there the CFI rule decides when one is
  * available. A caller that is not code is never taken. Inline, so each mode
  * gets its own copy of the loop. */
-static inline __attribute__((always_inline)) int batch_step(sw_cursor *c, int precise,
-                                                            uintptr_t next_key, uintptr_t *ip,
-                                                            uintptr_t *sp, uintptr_t *fp,
-                                                            int exact)
+/* Fast mode's exceptions, out of line: the CFI decides the step from
+ * (ip, sp, fp) where it can; otherwise the frame-pointer step (nip, nsp,
+ * nfp; fp_st its status, SW_ASK if not made yet) stands if it reached code. */
+static __attribute__((noinline)) int fast_ask_cfi(const sw_cursor *c, sw_hint *hint,
+                                                  unsigned long *hits, uintptr_t *ip,
+                                                  uintptr_t *sp, uintptr_t *fp, int exact,
+                                                  uintptr_t nip, uintptr_t nsp, uintptr_t nfp,
+                                                  int fp_st)
 {
-    if (precise)
-        return sw_cfi_step(c, &c->hint, &c->hits, ip, sp, fp, exact);
-    uintptr_t nip = *ip, nsp = *sp, nfp = *fp;
-    int st;
-    if (exact) {
-        st = sw_cfi_step(c, &c->hint, &c->hits, &nip, &nsp, &nfp, exact);
-        if (st == SW_OK || st == SW_END || st == SW_CORRUPT)
-            goto out;
-        nip = *ip, nsp = *sp, nfp = *fp;
+    uintptr_t cip = *ip, csp = *sp, cfp = *fp;
+    int st = sw_cfi_step(c, hint, hits, &cip, &csp, &cfp, exact);
+    if (st == SW_OK || st == SW_END || st == SW_CORRUPT) {
+        if (st == SW_OK)
+            *ip = cip, *sp = csp, *fp = cfp;
+        return st;
     }
-    st = sw_fp_step(c, &nip, &nsp, &nfp);
-    if (st != SW_OK)
-        return SW_ASK;                   /* the slow path asks the CFI first */
-    if (next_key < sw_key(c, nsp) || !sw_is_code(c, &c->hint, nip, 0)) {
-        uintptr_t cip = *ip, csp = *sp, cfp = *fp;
-        int cst = sw_cfi_step(c, &c->hint, &c->hits, &cip, &csp, &cfp, exact);
-        if (cst == SW_OK || cst == SW_END || cst == SW_CORRUPT) {
-            nip = cip, nsp = csp, nfp = cfp;
-            st = cst;
-        } else if (!sw_is_code(c, &c->hint, nip, 0)) {
-            return SW_ASK;
-        }
-    }
-out:
-    if (st == SW_OK)
+    if (fp_st == SW_ASK)
+        fp_st = sw_fp_step(c, &nip, &nsp, &nfp);
+    if (fp_st != SW_OK || !sw_is_code(c, hint, nip, 0))
+        return SW_ASK;
+    *ip = nip, *sp = nsp, *fp = nfp;
+    return SW_OK;
+}
+
+static inline __attribute__((always_inline)) int batch_step(const sw_cursor *c,
+                                                            const sw_cursor *real, int precise,
+                                                            sw_hint *hint, unsigned long *hits,
+                                                            uint64_t *rule, uintptr_t next_key,
+                                                            uintptr_t *ip, uintptr_t *sp,
+                                                            uintptr_t *fp, int exact)
+{
+    if (precise) {
+        /* Pipelined: *rule is the current frame's rule, looked up when the
+         * previous step found it; the caller's rule is looked up here, and
+         * a rule found means the caller is code (only pcs of modules have
+         * one), which spares a separate check. */
+        uintptr_t nip = *ip, nsp = *sp, nfp = *fp;
+        int st = sw_rule_apply(c, *rule, &nip, &nsp, &nfp);
+        if (st != SW_OK)
+            return st;
+        uint64_t next = sw_rule_get(c, nip - 1, hits);
+        if (!next)
+            return sw_not_code(c);
+        *rule = next;
         *ip = nip, *sp = nsp, *fp = nfp;
-    return st;
+        return SW_OK;
+    }
+    (void)rule;
+    uintptr_t nip = *ip, nsp = *sp, nfp = *fp;
+    if (__builtin_expect(exact, 0))
+        return fast_ask_cfi(real, hint, hits, ip, sp, fp, exact, nip, nsp, nfp, SW_ASK);
+    int st = sw_fp_step(c, &nip, &nsp, &nfp);
+    if (__builtin_expect(st != SW_OK, 0))  /* the chain ends or is junk: ask the CFI */
+        return fast_ask_cfi(real, hint, hits, ip, sp, fp, 0, nip, nsp, nfp, st);
+    if (__builtin_expect(next_key < sw_key(c, nsp) || !sw_is_code(c, hint, nip, 0), 0))
+        return fast_ask_cfi(real, hint, hits, ip, sp, fp, 0, nip, nsp, nfp, st);
+    *ip = nip, *sp = nsp, *fp = nfp;
+    return SW_OK;
 }
 
 static inline __attribute__((always_inline)) int batch_run(walk *w, unsigned *skip_io,
-                                                           int precise)
+                                                           int precise, int alt)
 {
     sw_cursor *c = &w->cur;
+    /* A local copy stays in registers; without a signal stack (alt 0, a
+     * constant in each copy of this loop) stack keys are plain addresses. */
+    sw_cursor bounds = *c;
+    if (!alt)
+        bounds.alo = bounds.ahi = 0;
+    sw_hint hint = c->hint;
+    unsigned long hits = 0;
     uintptr_t ip = c->regs.ip, sp = c->regs.sp, fp = c->regs.fp;
+    uint64_t rule = 0;
+    if (precise) {
+        rule = sw_rule_get(&bounds, c->exact ? ip : ip - 1, &hits);
+        if (!rule)                       /* the first frame is not code */
+            return sw_not_code(c) == SW_ASK ? SW_ASK : SW_STOP;
+    }
     unsigned first_flags = c->exact ? CRAWL_CF_EXACT_IP : 0;
     unsigned skip = *skip_io;
     fast_entry buf[FAST_BATCH];
     crawl_regs regs = {0};
     crawl_cf cf = {.kind = CRAWL_CF_NATIVE, .regs = &regs};
     int st = SW_OK;
+    int exact = first_flags != 0;
     while (st == SW_OK && !w->aborted) {
-        /* unwind a batch */
-        uintptr_t next_key = w->next ? sw_key(c, (uintptr_t)w->next) : UINTPTR_MAX;
+        /* unwind a batch; the first `skip` frames are crawl's own */
+        uintptr_t next_key = w->next ? sw_key(&bounds, (uintptr_t)w->next) : UINTPTR_MAX;
         unsigned n = 0, batch = FAST_BATCH;
-        if (w->pcs && w->pcs_max - w->pcs_n < batch)
-            batch = w->pcs_max - w->pcs_n;   /* crawl_backtrace: no step past max */
+        if (w->pcs && w->pcs_max - w->pcs_n + skip < batch)
+            batch = w->pcs_max - w->pcs_n + skip;   /* crawl_backtrace: no step past max */
         int frame_due = 0;
         while (n < batch) {
             uintptr_t nip = ip, nsp = sp, nfp = fp;
-            st = batch_step(c, precise, next_key, &nip, &nsp, &nfp,
-                            first_flags && n == 0 && (ip == c->regs.ip));
+            st = batch_step(&bounds, c, precise, &hint, &hits, &rule, next_key, &nip, &nsp, &nfp,
+                            exact);
             if (st != SW_OK)
                 break;
-            if (skip) {
-                skip--;
-            } else {
-                buf[n].ip = ip, buf[n].sp = sp, buf[n].fp = fp;
-                n++;
-            }
+            exact = 0;
+            buf[n].ip = ip, buf[n].sp = sp, buf[n].fp = fp;
+            n++;
             ip = nip, sp = nsp, fp = nfp;
-            if (next_key < sw_key(c, sp)) {
+            if (next_key < sw_key(&bounds, sp)) {
                 frame_due = 1;
                 break;
             }
         }
-        if (frame_due && n && step_skips_transition(w, buf[n - 1].sp, sp)) {
+        unsigned first = skip < n ? skip : n;
+        skip -= first;
+        if (first)
+            first_flags = 0;             /* (skip and an exact start never meet) */
+        if (frame_due && n > first && step_skips_transition(w, buf[n - 1].sp, sp)) {
             /* the last step was wrong: stop at the last buffered frame */
             n--;
             ip = buf[n].ip, sp = buf[n].sp, fp = buf[n].fp;
@@ -287,9 +328,9 @@ static inline __attribute__((always_inline)) int batch_run(walk *w, unsigned *sk
         }
         if (w->pcs) {
             /* crawl_backtrace: Frames are not reported, only stepped over */
-            unsigned room = w->pcs_max - w->pcs_n, k = n < room ? n : room;
+            unsigned room = w->pcs_max - w->pcs_n, k = n - first < room ? n - first : room;
             for (unsigned i = 0; i < k; i++)
-                w->pcs[w->pcs_n + i] = buf[i].ip;
+                w->pcs[w->pcs_n + i] = buf[first + i].ip;
             w->pcs_n += k;
             if (w->pcs_n >= w->pcs_max)
                 w->aborted = 1;
@@ -305,7 +346,7 @@ static inline __attribute__((always_inline)) int batch_run(walk *w, unsigned *sk
         crawl_walk_fn fn = w->fn;
         void *ctx = w->ctx;
         unsigned depth = w->depth, flags = CRAWL_CF_HAS_REGS | first_flags;
-        for (unsigned i = 0; i < n; i++) {
+        for (unsigned i = first; i < n; i++) {
             if (i + 1 == n && frame_due) {
                 w->depth = depth;
                 report_frames_below(w, sp);
@@ -330,6 +371,8 @@ static inline __attribute__((always_inline)) int batch_run(walk *w, unsigned *sk
             first_flags = 0;
     }
     *skip_io = skip;
+    c->hint = hint;
+    c->hits += hits;
     if (ip != c->regs.ip || sp != c->regs.sp) {
         c->regs.ip = ip, c->regs.sp = sp, c->regs.fp = fp;
         c->need_init = c->dwarf != NULL; /* libunwind, if asked next, starts here */
@@ -341,12 +384,12 @@ static inline __attribute__((always_inline)) int batch_run(walk *w, unsigned *sk
 
 static int fast_run(walk *w, unsigned *skip_io)
 {
-    return batch_run(w, skip_io, 0);
+    return w->cur.ahi ? batch_run(w, skip_io, 0, 1) : batch_run(w, skip_io, 0, 0);
 }
 
 static int precise_run(walk *w, unsigned *skip_io)
 {
-    return batch_run(w, skip_io, 1);
+    return w->cur.ahi ? batch_run(w, skip_io, 1, 1) : batch_run(w, skip_io, 1, 0);
 }
 
 /* w->fn/ctx/flags (and pcs for crawl_backtrace) are set by the caller. */

@@ -92,33 +92,58 @@ CRAWL_API crawl_walk_status crawl_walk_context(const ucontext_t *uc, crawl_walk_
  * allocation as crawl_walk. */
 CRAWL_API int crawl_backtrace(uintptr_t *pcs, int max, unsigned flags);
 
-/* ---- the crawl frame handed to the callback (async-signal-safe) --------- */
-CRAWL_API crawl_kind crawl_cf_kind(const crawl_cf *cf);
+/* ---- the crawl frame handed to the callback (async-signal-safe) ---------
+ * A callback runs once per frame, so the accessors are inline: the layout
+ * below is part of crawl's ABI (it changes only with the SONAME). Read it
+ * through the accessors; the same names are exported as functions for
+ * callers that cannot use the header (dlsym, other languages). */
+struct crawl_cf {
+    crawl_kind kind;
+    unsigned flags;                     /* CRAWL_CF_* */
+    unsigned depth;
+    uintptr_t ip, sp;
+    crawl_frame *frame;
+    const void *method;
+    const crawl_regs *regs;
+    const crawl_vm_frame *vm;
+    const char *name;
+};
+
+#if defined(CRAWL_BUILDING) || defined(CRAWL_NO_INLINE_ACCESSORS)
+#define CRAWL_CF_ACCESSOR(type, name, expr) CRAWL_API type name(const crawl_cf *cf);
+#else
+#define CRAWL_CF_ACCESSOR(type, name, expr) \
+    static inline type name(const crawl_cf *cf) { return expr; }
+#endif
+
+/* The kind of frame. */
+CRAWL_CF_ACCESSOR(crawl_kind, crawl_cf_kind, cf->kind)
 /* Exact pc for the first frame, return address for the others (native and
  * JIT); a transition Frame's saved ip; the VM position for CRAWL_CF_VM; 0
  * for other Frames. */
-CRAWL_API uintptr_t crawl_cf_ip(const crawl_cf *cf);
+CRAWL_CF_ACCESSOR(uintptr_t, crawl_cf_ip, cf->ip)
 /* The frame's stack pointer (native, JIT); the Frame's address (Frames, and
  * the hosting Frame's address for CRAWL_CF_VM). */
-CRAWL_API uintptr_t crawl_cf_sp(const crawl_cf *cf);
+CRAWL_CF_ACCESSOR(uintptr_t, crawl_cf_sp, cf->sp)
 /* The Frame (CRAWL_CF_FRAME; the hosting Frame for CRAWL_CF_VM), else NULL. */
-CRAWL_API crawl_frame *crawl_cf_frame(const crawl_cf *cf);
+CRAWL_CF_ACCESSOR(crawl_frame *, crawl_cf_frame, cf->frame)
 /* The VM/JIT method, or the Frame type's method(), else NULL. */
-CRAWL_API const void *crawl_cf_method(const crawl_cf *cf);
+CRAWL_CF_ACCESSOR(const void *, crawl_cf_method, cf->method)
 /* 0, 1, 2, ... in report order. */
-CRAWL_API unsigned crawl_cf_depth(const crawl_cf *cf);
+CRAWL_CF_ACCESSOR(unsigned, crawl_cf_depth, cf->depth)
 /* CRAWL_CF_* bits. */
-CRAWL_API unsigned crawl_cf_flags(const crawl_cf *cf);
+CRAWL_CF_ACCESSOR(unsigned, crawl_cf_flags, cf->flags)
 /* Registers of the frame: for native and JIT frames ip/sp/fp are always
  * set; the callee-saved ones only for frames libunwind unwound (precise
- * walks use the CFI cache, which tracks ip/sp/fp, and ask libunwind only
- * for what it cannot express); a transition Frame's saved registers. NULL
- * for other Frames and VM activations. */
-CRAWL_API const crawl_regs *crawl_cf_regs(const crawl_cf *cf);
+ * walks use compiled CFI rules, which track ip/sp/fp, and ask libunwind
+ * only for what a rule cannot express); a transition Frame's saved
+ * registers. NULL for other Frames and VM activations. */
+CRAWL_CF_ACCESSOR(const crawl_regs *, crawl_cf_regs, cf->regs)
 /* The VM activation (CRAWL_CF_VM), else NULL. */
-CRAWL_API const crawl_vm_frame *crawl_cf_vm_frame(const crawl_cf *cf);
+CRAWL_CF_ACCESSOR(const crawl_vm_frame *, crawl_cf_vm_frame, cf->vm)
 /* The name of a JIT code range or of a Frame type, else NULL. */
-CRAWL_API const char *crawl_cf_name(const crawl_cf *cf);
+CRAWL_CF_ACCESSOR(const char *, crawl_cf_name, cf->name)
+#undef CRAWL_CF_ACCESSOR
 
 /* ---- JIT code ranges ---------------------------------------------------- */
 
