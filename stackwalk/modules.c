@@ -16,6 +16,8 @@
  * the snapshot was built (that takes the loader's lock), so signal-safe walks
  * trust only modules that can never be unloaded: the program, the libraries
  * it was linked against (the DT_NEEDED closure) and the vDSO. */
+#include <dlfcn.h>
+#include <errno.h>
 #include <link.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -140,6 +142,20 @@ static void find_permanent_modules(void)
     free(ms);
 }
 
+/* Modules made undeletable by crawl_module_pin, by load address (under build_lock). */
+#define MAX_PINNED 64
+static uintptr_t pinned[MAX_PINNED];
+static int npinned;
+static int force_rebuild;                /* a pin changed what is trusted */
+
+static int is_pinned(uintptr_t base)
+{
+    for (int i = 0; i < npinned; i++)
+        if (pinned[i] == base)
+            return 1;
+    return 0;
+}
+
 static int is_permanent(uintptr_t pc)
 {
     for (int i = 0; i < npermanent; i++)
@@ -220,7 +236,7 @@ static int collect_segments(struct dl_phdr_info *info, size_t size, void *arg)
         }
         uintptr_t lo = info->dlpi_addr + ph->p_vaddr;
         b->seg[b->n++] = (sw_seg){lo, lo + ph->p_memsz, m};
-        m->permanent = is_permanent(lo) || nodelete(info);
+        m->permanent = is_permanent(lo) || nodelete(info) || is_pinned(info->dlpi_addr);
         m->seen = 1;
     }
     return 0;
@@ -282,7 +298,7 @@ static int read_counters(struct dl_phdr_info *info, size_t size, void *arg)
 static int rebuild(void)
 {
     sw_snapshot *old = atomic_load(&current);
-    if (old) {
+    if (old && !force_rebuild) {
         unsigned long c[2] = {0, 0};
         dl_iterate_phdr(read_counters, c);
         if (c[0] == old->adds && c[1] == old->subs)
@@ -297,7 +313,7 @@ static int rebuild(void)
     /* Rules of modules that stayed stay valid; a module that left may have
      * been replaced at its addresses, so its cached rules must go: a new
      * rule cache whenever anything was unloaded. */
-    int unloaded = old && b.subs != old->subs;
+    int unloaded = old && (b.subs != old->subs || force_rebuild);
     sw_cfi_slot *cache = s ? (unloaded || !old ? cache_new() : old->cache) : NULL;
     if (!s || !cache) {
         free(s);
@@ -324,6 +340,7 @@ static int rebuild(void)
         }                                /* else: leak rather than free under a reader */
     }
     atomic_store(&current, s);
+    force_rebuild = 0;
     if (r) {
         r->snap = old;
         r->cache = cache != old->cache ? old->cache : NULL;
@@ -425,4 +442,30 @@ void sw_modules_reclaim(void)
         return;
     reclaim();
     pthread_mutex_unlock(&build_lock);
+}
+
+int crawl_module_pin(const void *addr)
+{
+    Dl_info info;
+    if (!addr || !dladdr(addr, &info) || !info.dli_fname || !info.dli_fbase)
+        return -ENOENT;
+    /* RTLD_NOLOAD: only a module already loaded; RTLD_NODELETE sticks after
+     * this reference is dropped again. */
+    void *h = dlopen(info.dli_fname, RTLD_LAZY | RTLD_NOLOAD | RTLD_NODELETE);
+    if (h)
+        dlclose(h);
+    else if (info.dli_fbase != (void *)(uintptr_t)permanent[0].lo && !is_permanent((uintptr_t)addr))
+        return -ENOENT;                  /* (the program itself cannot be dlopen'ed by path) */
+    pthread_mutex_lock(&build_lock);
+    /* dli_fbase is the lowest mapped address; dlpi_addr the load bias. */
+    struct link_map *lm = NULL;
+    uintptr_t base = (uintptr_t)info.dli_fbase;
+    if (dladdr1(addr, &info, (void **)&lm, RTLD_DL_LINKMAP) && lm)
+        base = lm->l_addr;
+    if (!is_pinned(base) && npinned < MAX_PINNED)
+        pinned[npinned++] = base;
+    force_rebuild = 1;
+    rebuild();
+    pthread_mutex_unlock(&build_lock);
+    return 0;
 }

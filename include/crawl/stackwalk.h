@@ -5,17 +5,37 @@
  * native frame that contains it (design.md's merge rule). Interpreter
  * segment Frames report their VM activations in their place.
  *
+ * Two native unwinders, chosen by flag. Precise (the default): each
+ * module's DWARF CFI compiled once into rule tables (see "the CFI cache"
+ * below), libunwind only for what a rule cannot express, in normal context.
+ * Fast (CRAWL_WALK_FAST): the frame-pointer chain, except where frame
+ * pointers mislead: the interrupted frame of a signal context, a step that
+ * fails or leads to a value that is not code, and a step that would pass a
+ * Frame are taken by the CFI rules. Both place every Frame by true frame
+ * boundaries; a value that is not code (a loaded module's executable
+ * segment or a registered code range) is never reported as a frame. Where
+ * unwinding cannot go on, the walk resumes at the next transition Frame and
+ * flags the first frame after the gap CRAWL_CF_AFTER_GAP. What fast mode
+ * still gets wrong without frame pointers (README, "Building your VM for
+ * crawl"): native frames of frameless code between two frames that keep
+ * frame pointers can be missing; their order and the Frames' never are.
+ *
  * Thread safety: a walk reads only the calling thread's chain and stack;
  * any number of threads may walk at once. Code ranges may be added and
- * removed while other threads walk.
- * Signal safety: crawl_walk and crawl_walk_context with CRAWL_WALK_SIGNAL_SAFE
- * allocate nothing and take no lock, and may be called from a signal handler
- * on an attached thread (without the flag an unattached thread is attached,
- * which is not signal-safe). Precise mode then relies on libunwind's local
- * unwinding, which libunwind documents as signal-safe but which calls
- * dl_iterate_phdr: a handler that interrupted dlopen/dlclose on the same
- * thread can deadlock there. CRAWL_WALK_FAST | CRAWL_WALK_SIGNAL_SAFE has no
- * such caveat. Printing and symbolizing are not signal-safe.
+ * removed, and modules loaded and unloaded, while other threads walk.
+ * Signal safety: crawl_walk, crawl_walk_context and crawl_backtrace with
+ * CRAWL_WALK_SIGNAL_SAFE allocate nothing, take no lock, and never call
+ * libunwind or dl_iterate_phdr, in both modes; they may be called from a
+ * signal handler on an attached thread (without the flag an unattached
+ * thread is attached, which is not signal-safe). They unwind only by rules
+ * compiled beforehand in normal context (crawl_cfi_cache_warm(), or any
+ * normal-context walk through the module) and only through modules that can
+ * never be unloaded (the program, the libraries it was linked against, the
+ * vDSO, libraries linked -z nodelete, and those pinned with
+ * crawl_module_pin()); elsewhere the native part stops and resumes at the
+ * next transition Frame. Printing and symbolizing are not signal-safe.
+ * Allocation: a normal-context walk may allocate the first time it meets a
+ * module (its rule table) or a change in the loaded modules.
  */
 #ifndef CRAWL_STACKWALK_H
 #define CRAWL_STACKWALK_H
@@ -34,10 +54,13 @@ typedef enum { CRAWL_CONTINUE = 0, CRAWL_ABORT = 1 } crawl_action;
 /* DONE: the walk reached the end of the stack (see CRAWL_CF_AFTER_GAP for
  *       native frames it could not see).
  * ABORTED: the callback returned CRAWL_ABORT.
- * FAILED: bad arguments (NULL callback, NULL context), precise mode
- *       unavailable, or the stack was inconsistent: a frame-pointer chain
- *       that stays on the stack but does not move towards its base, or a
- *       Frame whose address or type is not valid. A walk that finds
+ * FAILED: bad arguments (NULL callback, NULL context, a signal-safe walk on
+ *       an unattached thread, CRAWL_WALK_NO_CFI_CACHE without libunwind or
+ *       with CRAWL_WALK_SIGNAL_SAFE), or the stack was inconsistent: a
+ *       frame whose unwind rule leads backwards or off the stack, or a
+ *       Frame whose address or type is not valid. Junk in rbp under fast
+ *       mode is not inconsistency (code without frame pointers uses rbp
+ *       freely): the native part stops there instead. A walk that finds
  *       inconsistency still reports what it safely can before failing. */
 typedef enum { CRAWL_WALK_DONE = 0, CRAWL_WALK_ABORTED = 1, CRAWL_WALK_FAILED = -1 } crawl_walk_status;
 
@@ -55,10 +78,11 @@ enum {
     CRAWL_WALK_SKIP_NATIVE = 1u << 0,    /* don't report CRAWL_CF_NATIVE frames */
     CRAWL_WALK_SKIP_FRAMES = 1u << 1,    /* don't report Frames nor the VM activations they host */
     CRAWL_WALK_FUNCTIONS_ONLY = 1u << 2, /* report Frames only with CRAWL_FRAME_FUNCTION (VM activations always) */
-    CRAWL_WALK_FAST = 1u << 3,           /* frame-pointer unwinding instead of DWARF CFI */
-    CRAWL_WALK_SIGNAL_SAFE = 1u << 4,    /* no allocation, no lock, no implicit attach */
+    CRAWL_WALK_FAST = 1u << 3,           /* frame pointers, with the CFI where they mislead */
+    CRAWL_WALK_SIGNAL_SAFE = 1u << 4,    /* no allocation, no lock, no libunwind, no attach */
     CRAWL_WALK_NO_VM = 1u << 5,          /* report interpreter segments as one CRAWL_CF_FRAME */
-    CRAWL_WALK_NO_CFI_CACHE = 1u << 6    /* precise: every step through libunwind */
+    CRAWL_WALK_NO_CFI_CACHE = 1u << 6    /* precise: every step through libunwind (normal
+                                            context only; for comparisons and debugging) */
 };
 
 /* crawl_cf_flags() */
@@ -214,25 +238,42 @@ CRAWL_API crawl_walk_status crawl_print_trace(int fd, unsigned flags);
 /* The same from a saved context (a signal handler's). */
 CRAWL_API crawl_walk_status crawl_print_trace_context(const ucontext_t *uc, int fd, unsigned flags);
 
-/* ---- the CFI cache (precise walks) -----------------------------------------
- * Precise walks apply rules compiled from each module's DWARF CFI (through
- * libdw) at a few loads per frame, asking libunwind only for what a rule
- * cannot express (signal frames, DWARF expressions). Rules are filled on
- * first use in normal context; a signal-safe walk never fills, and uses
- * only rules of modules that cannot be unloaded: the program, the libraries
- * it was linked against, the vDSO (others go to libunwind). Unloading code (dlclose) flushes the
- * rules at the next normal-context walk. */
+/* ---- the CFI cache ----------------------------------------------------------
+ * A module's DWARF CFI (.eh_frame, through elfutils libdw) is compiled whole
+ * into a sorted table of rules (CFA = rsp/rbp + N, return address and
+ * caller's rbp at fixed offsets; signal trampolines; the outermost frame),
+ * the first time a normal-context walk meets the module, or for every
+ * loaded module by crawl_cfi_cache_warm(). Tables are immutable and read
+ * lock-free; a rule cache in front of them makes a step a few loads. Loading
+ * and unloading code is noticed by normal-context walks (the loader's
+ * counters); rules of a module that can be unloaded are used only after that
+ * check, never in signal context. Frames a rule cannot express (DWARF
+ * expressions, code without CFI) go to libunwind in normal context and end
+ * the native part in signal context. */
 
-/* Read the CFI of every loaded module now (the cold cost of the first
- * precise walks: seconds of DWARF parsing for large programs). The number
- * of modules with CFI, or -1. Not signal-safe. */
+/* Compile the CFI of every loaded module now: what a profiler or a crash
+ * handler should call at start-up, so that signal-safe walks find every
+ * rule. It costs milliseconds per module (about 7 ms for libc; tens for
+ * large programs). Returns the number of modules with CFI, or a negative
+ * errno value. Not signal-safe (allocates, takes locks). */
 CRAWL_API int crawl_cfi_cache_warm(void);
-/* Steps served by a cached rule, rule look-ups that missed, and steps
- * handed to libunwind. Any argument may be NULL. Async-signal-safe. */
+/* Steps served by the rule cache, rule look-ups that missed it, and steps
+ * handed to libunwind (normal context only: a signal-safe walk never adds
+ * to it). Any argument may be NULL. Async-signal-safe; counts of threads
+ * still running are approximate while they walk. */
 CRAWL_API void crawl_cfi_cache_stats(unsigned long *hits, unsigned long *misses,
                                      unsigned long *fallbacks);
 
-/* 1 if precise (DWARF CFI) walking is available, i.e. libunwind was found. */
+/* Pin the module (shared library) that holds addr, e.g. a plugin's function:
+ * it is made undeletable (RTLD_NODELETE: dlclose leaves it mapped, as
+ * -z nodelete does), so signal-safe walks may use its rules from now on.
+ * For plugins a profiler or crash handler should see through. 0, or
+ * -ENOENT if addr is in no loaded module. Not signal-safe. */
+CRAWL_API int crawl_module_pin(const void *addr);
+
+/* 1 if libunwind was found: precise walks can then hand it, in normal
+ * context, the frames no compiled rule expresses. Precise walks work
+ * without it. */
 CRAWL_API int crawl_walk_precise_available(void);
 
 #ifdef __cplusplus

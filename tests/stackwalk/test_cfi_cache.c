@@ -7,6 +7,7 @@
 
 #include <crawl/ffi.h>
 #include <dlfcn.h>
+#include <errno.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -312,7 +313,19 @@ static void test_signal_safe_walks(void **state)
     Dl_info info;
     assert_true(dladdr((void *)(cached.ip[cached.n - 1] - 1), &info) && info.dli_fname);
     assert_non_null(strstr(info.dli_fname, "plugin"));   /* the last frame is the plugin's */
-    dlclose(h);
+
+    /* pinned, it can never be unloaded: signal-safe walks go through it */
+    int local;
+    assert_int_equal(crawl_module_pin(&local), -ENOENT);
+    assert_int_equal(crawl_module_pin((void *)call), 0);
+    call(walk_both);                      /* compiles nothing new: the rules stay */
+    call(plugin_target);
+    expect_same("signal-safe walk through a pinned plugin");
+    assert_int_equal(fb_signal_safe, 0);
+    dlclose(h);                           /* stays mapped */
+    assert_true(dladdr((void *)call, &info) && info.dli_fname);
+    call(plugin_target);
+    expect_same("signal-safe walk through a pinned plugin after dlclose");
     sigaction(SIGUSR2, &old, NULL);
 }
 
