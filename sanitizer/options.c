@@ -29,7 +29,7 @@ static const snapshot first = {.o = {
     .malloc_context_size = 30,
     .quarantine_bytes = (size_t)64 << 20,
     .redzone = 16,
-    .fast_unwind_on_malloc = 1,
+    .fast_unwind_on_malloc = 0,
     .depot_budget = (size_t)256 << 20,
 }};
 static const snapshot *_Atomic current = &first;
@@ -43,7 +43,7 @@ static const char help_text[] =
     "  malloc_context_size=30  frames kept per allocation/free stack (1..256)\n"
     "  quarantine_size_mb=64   freed memory kept unallocatable (0..65536)\n"
     "  redzone=16              minimum redzone bytes (16..2048, a power of 2)\n"
-    "  fast_unwind_on_malloc=1 frame-pointer walks for allocation stacks (0: DWARF)\n"
+    "  fast_unwind_on_malloc=0 1: frame-pointer walks for allocation stacks (0: DWARF CFI)\n"
     "  depot_budget_mb=256     memory the stack depot may use (1..65536)\n"
     "  help=1                  print this\n";
 

@@ -48,11 +48,12 @@ CRAWL_API void crawl_depot_get_stats(crawl_depot_stats *out);
 /* Capture the calling thread's mixed stack (from the caller, at most
  * max_frames frames, and at most CRAWL_DEPOT_MAX_FRAMES words: an activation
  * takes 3) into the depot: native and JIT frames and VM/function
- * activations, in walk order. flags: CRAWL_WALK_FAST (the default for
- * allocation stacks) or 0 for precise. The id, or 0. With CRAWL_WALK_FAST
- * it allocates nothing and, with CRAWL_WALK_SIGNAL_SAFE too, is
- * async-signal-safe; a precise capture may allocate (libdw, libunwind)
- * while filling the CFI cache. */
+ * activations, in walk order. flags: 0 for precise (CFI; the default for
+ * allocation stacks, right in hosts built without frame pointers) or
+ * CRAWL_WALK_FAST, and CRAWL_WALK_SIGNAL_SAFE. The id, or 0. With
+ * CRAWL_WALK_SIGNAL_SAFE it takes no lock and allocates nothing (the depot
+ * itself grows by mmap) and is async-signal-safe; without it, the first
+ * capture through a module compiles that module's CFI (allocates). */
 CRAWL_API uint32_t crawl_depot_capture(unsigned max_frames, unsigned flags);
 
 /* Print trace id, one "    #N 0xPC in function file:line" (native) or
@@ -104,7 +105,8 @@ CRAWL_API int crawl_heap_owns(const void *p);
  *   malloc_context_size=30  frames kept per allocation/free stack (1..256)
  *   quarantine_size_mb=64   freed memory kept unallocatable
  *   redzone=16              minimum redzone bytes (16..2048, a power of 2)
- *   fast_unwind_on_malloc=1 frame-pointer walks for allocation stacks
+ *   fast_unwind_on_malloc=0 1: frame-pointer walks for allocation and free
+ *                           stacks (0: DWARF CFI, right without frame pointers)
  *   depot_budget_mb=256     memory the stack depot may use
  *   help=1                  print these options
  * A malformed string or an unknown key or value prints one warning line

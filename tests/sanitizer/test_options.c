@@ -43,10 +43,10 @@ static void test_sources_in_order(void **state)
     (void)state;
     /* CRAWL_OPTIONS=malloc_context_size=5:halt_on_error=0 overrides the program's 12 */
     assert_string_equal(current(), "halt_on_error=0:log_path=stderr:malloc_context_size=5:"
-                                   "quarantine_size_mb=8:redzone=64:fast_unwind_on_malloc=1:"
+                                   "quarantine_size_mb=8:redzone=64:fast_unwind_on_malloc=0:"
                                    "depot_budget_mb=256");
-    assert_int_equal(crawl_sanitizer_set_options("redzone=128::fast_unwind_on_malloc=0:"), 0);
-    assert_non_null(strstr(current(), "redzone=128:fast_unwind_on_malloc=0"));
+    assert_int_equal(crawl_sanitizer_set_options("redzone=128::fast_unwind_on_malloc=1:"), 0);
+    assert_non_null(strstr(current(), "redzone=128:fast_unwind_on_malloc=1"));
 }
 
 static void test_bad_strings(void **state)
