@@ -13,7 +13,8 @@ typedef struct capture {
 
 /* Frames that carry no script location (transition, entry) are left out by
  * CRAWL_WALK_FUNCTIONS_ONLY; VM activations and function Frames become
- * (tag | type, method, position) triples, JIT frames their method. A trace
+ * (tag | type, method, position) triples (a function Frame's position from
+ * its type's position hook, else 0), JIT frames their method. A trace
  * holds at most max frames and CRAWL_DEPOT_MAX_FRAMES words. */
 static crawl_action add_frame(const crawl_cf *cf, void *ctx)
 {
@@ -31,7 +32,10 @@ static crawl_action add_frame(const crawl_cf *cf, void *ctx)
             return CRAWL_ABORT;
         c->words[c->n++] = CRAWL_DEPOT_VM | (uintptr_t)crawl_cf_frame(cf)->type;
         c->words[c->n++] = (uintptr_t)crawl_cf_method(cf);
-        c->words[c->n++] = crawl_cf_kind(cf) == CRAWL_CF_VM ? crawl_cf_ip(cf) : 0;
+        /* the VM position: activations', and function Frames' (position hook) */
+        c->words[c->n++] = crawl_cf_kind(cf) == CRAWL_CF_VM || crawl_cf_frame(cf)->type->position
+                               ? crawl_cf_ip(cf)
+                               : 0;
         break;
     }
     return ++c->frames < c->max && c->n < CRAWL_DEPOT_MAX_FRAMES ? CRAWL_CONTINUE : CRAWL_ABORT;

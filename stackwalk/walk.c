@@ -76,8 +76,11 @@ static void report_frame(walk *w, crawl_frame *f)
     if ((w->flags & CRAWL_WALK_FUNCTIONS_ONLY) && !(t->flags & CRAWL_FRAME_FUNCTION))
         return;
     const crawl_regs *regs = frame_regs(w, f);
+    uintptr_t ip = (t->flags & CRAWL_FRAME_FUNCTION) && t->position ? t->position(f)
+                   : regs                                           ? regs->ip
+                                                                    : 0;
     crawl_cf cf = {.kind = CRAWL_CF_FRAME, .flags = regs ? CRAWL_CF_HAS_REGS : 0,
-                   .ip = regs ? regs->ip : 0, .sp = (uintptr_t)f, .frame = f,
+                   .ip = ip, .sp = (uintptr_t)f, .frame = f,
                    .method = t->method ? t->method(f) : NULL, .regs = regs, .name = t->name};
     emit(w, &cf);
 }

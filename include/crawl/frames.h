@@ -83,6 +83,11 @@ struct crawl_frame_type {
      * method (vm_next's vf->method, or method() for CRAWL_FRAME_FUNCTION
      * Frames) and the position (vf->pc, or 0). Same text as vm_describe. */
     int (*describe_method)(const void *method, uintptr_t pc, char *buf, size_t len);
+    /* CRAWL_FRAME_FUNCTION Frames: the activation's current position in its
+     * method (bytecode address or index, what describe_method takes as pc).
+     * A walk reports it as the Frame's crawl_cf_ip, and stored stacks keep
+     * it, so allocation and free stacks name the line. */
+    uintptr_t (*position)(const crawl_frame *f);
 };
 
 /* Attach the calling thread: record its stack bounds and register it.

@@ -143,8 +143,8 @@ struct crawl_cf {
 /* The kind of frame. */
 CRAWL_CF_ACCESSOR(crawl_kind, crawl_cf_kind, cf->kind)
 /* Exact pc for the first frame, return address for the others (native and
- * JIT); a transition Frame's saved ip; the VM position for CRAWL_CF_VM; 0
- * for other Frames. */
+ * JIT); the VM position for CRAWL_CF_VM and for function Frames whose type
+ * has a position hook; a transition Frame's saved ip; 0 for other Frames. */
 CRAWL_CF_ACCESSOR(uintptr_t, crawl_cf_ip, cf->ip)
 /* The frame's stack pointer (native, JIT); the Frame's address (Frames, and
  * the hosting Frame's address for CRAWL_CF_VM). */
