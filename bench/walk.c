@@ -287,21 +287,16 @@ static const struct {
 static double mix_ns[NMIX][3];
 static int mix_got[NMIX][3];
 
-/* Alternate: this function keeps a frame pointer, bench_mix_nofp does not. */
-__attribute__((noinline)) double bench_mix_descend(unsigned level)
+/* Time mix_fn from here: the median ns per frame into mix_result. */
+static void time_mix_here(void)
 {
-    if (level > 0) {
-        double r = level % 2 ? bench_mix_nofp(level - 1) : bench_mix_descend(level - 1);
-        guard += level;
-        return r;
-    }
     double b[BATCHES];
     unsigned reps = (mix_fn == libunwind_backtrace ? 2000000 : 200000) / (depth + 6) + 1;
     if (mix_fn == libunwind_step_loop)
         reps = 40000 / (depth + 6) + 1;
     int got = mix_fn();
     if (got < (int)depth) {
-        fprintf(stderr, "mixed recursion: a method unwound %d frames of %u\n", got, depth);
+        fprintf(stderr, "a method unwound %d frames of a recursion %u deep\n", got, depth);
         exit(1);
     }
     for (int k = 0; k < BATCHES; k++) {
@@ -312,8 +307,45 @@ __attribute__((noinline)) double bench_mix_descend(unsigned level)
     }
     mix_result = bench_median(b, BATCHES);
     mix_frames = got;
+}
+
+/* Alternate: this function keeps a frame pointer, bench_mix_nofp does not. */
+__attribute__((noinline)) double bench_mix_descend(unsigned level)
+{
+    if (level > 0) {
+        double r = level % 2 ? bench_mix_nofp(level - 1) : bench_mix_descend(level - 1);
+        guard += level;
+        return r;
+    }
+    time_mix_here();
     return 0;
 }
+
+/* ---- every frame a different call site (no repeated return address) ---- */
+
+typedef double (*distinct_fn)(unsigned level);
+static distinct_fn distinct[64];
+#define DISTINCT(n)                                                                    \
+    __attribute__((noinline)) static double distinct_##n(unsigned level)               \
+    {                                                                                  \
+        if (level == 0) {                                                              \
+            time_mix_here();                                                           \
+            return 0;                                                                  \
+        }                                                                              \
+        double r = distinct[((n) + 1) % 64](level - 1);                                \
+        guard += level * (n);                                                          \
+        return r;                                                                      \
+    }
+#define DISTINCT8(a) DISTINCT(a##0) DISTINCT(a##1) DISTINCT(a##2) DISTINCT(a##3) \
+    DISTINCT(a##4) DISTINCT(a##5) DISTINCT(a##6) DISTINCT(a##7)
+DISTINCT8(0) DISTINCT8(1) DISTINCT8(2) DISTINCT8(3) DISTINCT8(4) DISTINCT8(5) DISTINCT8(6)
+DISTINCT8(7)
+#define REF8(a) distinct_##a##0, distinct_##a##1, distinct_##a##2, distinct_##a##3, \
+    distinct_##a##4, distinct_##a##5, distinct_##a##6, distinct_##a##7
+static distinct_fn distinct_init[64] = {REF8(0), REF8(1), REF8(2), REF8(3),
+                                        REF8(4), REF8(5), REF8(6), REF8(7)};
+static double distinct_ns[NMIX][3];
+static int distinct_got[NMIX][3];
 
 static void load_libunwind(void)
 {
@@ -374,6 +406,16 @@ int main(int argc, char **argv)
             mix_got[i][d] = mix_frames;
         }
     }
+    memcpy(distinct, distinct_init, sizeof distinct);
+    for (int d = 0; d < 3; d++) {
+        depth = depths[d];
+        for (unsigned i = 0; i < NMIX; i++) {
+            mix_fn = mix_methods[i].fn;
+            distinct[0](depth);
+            distinct_ns[i][d] = mix_result;
+            distinct_got[i][d] = mix_frames;
+        }
+    }
     printf("%-40s %10s %10s %10s   frames per walk\n", "method", "depth 8", "depth 32",
            "depth 128");
     for (unsigned i = 0; i < NMETHODS; i++)
@@ -389,6 +431,16 @@ int main(int argc, char **argv)
             printf("%-40s / %-24s %7.2fx %9.2fx %9.2fx\n", mix_methods[i].name, mix_methods[r].name,
                    mix_ns[i][0] / mix_ns[r][0], mix_ns[i][1] / mix_ns[r][1],
                    mix_ns[i][2] / mix_ns[r][2]);
+    printf("\nevery frame a different call site (64 functions in turn; no return address repeats\n"
+           "within 64 frames, so no recursion shortcut applies):\n");
+    for (unsigned i = 0; i < NMIX; i++)
+        printf("%-40s %10.2f %10.2f %10.2f   %d/%d/%d\n", mix_methods[i].name, distinct_ns[i][0],
+               distinct_ns[i][1], distinct_ns[i][2], distinct_got[i][0], distinct_got[i][1],
+               distinct_got[i][2]);
+    for (unsigned i = 0; i < 3; i++)
+        printf("%-40s / %-24s %7.2fx %9.2fx %9.2fx\n", mix_methods[i].name, mix_methods[3].name,
+               distinct_ns[i][0] / distinct_ns[3][0], distinct_ns[i][1] / distinct_ns[3][1],
+               distinct_ns[i][2] / distinct_ns[3][2]);
     printf("\ncold start: first precise crawl_backtrace (%d frames, from main) %.0f us; "
            "the next %.2f us\n",
            cold_n, cold / 1000, warm / 1000);

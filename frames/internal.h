@@ -19,6 +19,10 @@ typedef struct crawl__thread {
     pid_t tid;
     unsigned seq;                       /* 0, 1, 2... in attach order ("T0" in reports) */
     unsigned long cfi_hits;             /* precise steps served by the CFI cache */
+    /* Walks in progress on this thread (handlers may nest): readers of
+     * stackwalk's shared tables, which are freed only when every attached
+     * thread's count is 0 (see stackwalk/modules.c). */
+    atomic_uint walks;
     struct crawl__thread *reg_prev, *reg_next;   /* registry of attached threads */
 } crawl__thread;
 
@@ -29,6 +33,9 @@ static inline crawl__thread *crawl__self(void) { return &crawl__tls; }
 /* Call fn for every attached thread, without a lock: only while the other
  * attached threads are stopped or cannot attach or detach. */
 void crawl__threads_foreach(void (*fn)(crawl__thread *th, void *ctx), void *ctx);
+/* The same under the registry's lock (normal context; fn must not attach or
+ * detach). */
+void crawl__threads_foreach_locked(void (*fn)(crawl__thread *th, void *ctx), void *ctx);
 
 /* CFI-cache hits of threads that have exited (their counters are gone). */
 extern atomic_ulong crawl__exited_cfi_hits;

@@ -42,6 +42,13 @@ void crawl__threads_foreach(void (*fn)(crawl__thread *th, void *ctx), void *ctx)
             fn(th, ctx);
 }
 
+void crawl__threads_foreach_locked(void (*fn)(crawl__thread *th, void *ctx), void *ctx)
+{
+    pthread_mutex_lock(&registry_lock);
+    crawl__threads_foreach(fn, ctx);
+    pthread_mutex_unlock(&registry_lock);
+}
+
 /* Runs when an attached thread exits: its TLS block is about to go away,
  * so it must leave the registry. Frames still linked at exit are dropped
  * (the thread's stack is gone too). */

@@ -81,17 +81,16 @@ typedef struct sw_snapshot {
     sw_seg seg[];                       /* sorted by lo, disjoint */
 } sw_snapshot;
 
-/* Bracket every use of a snapshot (lock-free, async-signal-safe). The
- * snapshot stays valid until the matching exit, even if replaced. NULL
- * only if crawl could not build one at start-up. */
-const sw_snapshot *sw_snap_enter(void);
-void sw_snap_exit(void);
+/* Bracket every use of a snapshot on the attached thread th (lock-free,
+ * async-signal-safe, no shared write). The snapshot stays valid until the
+ * matching exit, even if replaced. NULL only if crawl could not build one
+ * at start-up. */
+const sw_snapshot *sw_snap_enter(crawl__thread *th);
+void sw_snap_exit(crawl__thread *th);
 /* The current snapshot, rebuilt first if modules were loaded or unloaded
  * since. Normal context only (the loader's lock). Call between enter and
  * exit. */
 const sw_snapshot *sw_snap_refresh(void);
-/* Free replaced snapshots if no walk holds one (normal context; never blocks). */
-void sw_modules_reclaim(void);
 /* m's rules, compiling them now if needed. Normal context only. */
 const sw_rules *sw_module_rules(sw_module *m);
 /* Compile every loaded module; the number with CFI, or a negative errno. */

@@ -23,12 +23,20 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <linux/membarrier.h>
 #include <sys/mman.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include "stackwalk/internal.h"
 
 static _Atomic(sw_snapshot *) current;
-static atomic_uint readers;
+/* Readers: each thread counts its own walks (crawl__thread.walks), so a walk
+ * writes no shared cache line. A writer replaces the snapshot, then makes
+ * every thread pass a full memory barrier with membarrier(2) (Linux 4.14;
+ * readers then need only a compiler barrier), then frees replaced snapshots
+ * if it sees every count at 0. Without membarrier, readers fence. */
+static int use_membarrier;
 static pthread_mutex_t build_lock = PTHREAD_MUTEX_INITIALIZER;
 static sw_module *modules;               /* every module record alive, under build_lock */
 
@@ -39,7 +47,6 @@ typedef struct retired {
     sw_module *mods;                     /* modules that left, linked by next */
 } retired;
 static retired *retired_list;            /* under build_lock */
-static atomic_int retired_pending;       /* retired_list is not empty */
 
 /* ---- permanence ---------------------------------------------------------- */
 
@@ -269,16 +276,33 @@ static void free_retired(retired *r)
     free(r);
 }
 
+static void count_walks(crawl__thread *th, void *busy)
+{
+    if (atomic_load_explicit(&th->walks, memory_order_relaxed))
+        *(int *)busy = 1;
+}
+
+/* No walk can hold a snapshot published before this call. */
+static int readers_idle(void)
+{
+    if (use_membarrier)
+        syscall(SYS_membarrier, MEMBARRIER_CMD_PRIVATE_EXPEDITED, 0, 0);
+    else
+        atomic_thread_fence(memory_order_seq_cst);
+    int busy = 0;
+    crawl__threads_foreach_locked(count_walks, &busy);
+    return !busy;
+}
+
 /* Free what no walk can hold any more (under build_lock). */
 static void reclaim(void)
 {
-    if (retired_list && atomic_load(&readers) == 0) {
+    if (retired_list && readers_idle()) {
         while (retired_list) {
             retired *r = retired_list;
             retired_list = r->next;
             free_retired(r);
         }
-        atomic_store(&retired_pending, 0);
     }
 }
 
@@ -346,7 +370,6 @@ static int rebuild(void)
         r->cache = cache != old->cache ? old->cache : NULL;
         r->next = retired_list;
         retired_list = r;
-        atomic_store(&retired_pending, 1);
     }
     reclaim();
     return 1;
@@ -359,12 +382,20 @@ static void fork_parent(void) { pthread_mutex_unlock(&build_lock); }
 static void fork_child(void)
 {
     pthread_mutex_unlock(&build_lock);
-    atomic_store(&readers, 0);
+}
+
+/* membarrier(2)'s private expedited command, registered once. */
+static void init_membarrier(void)
+{
+    long cmds = syscall(SYS_membarrier, MEMBARRIER_CMD_QUERY, 0, 0);
+    use_membarrier = cmds > 0 && (cmds & MEMBARRIER_CMD_PRIVATE_EXPEDITED) &&
+                     syscall(SYS_membarrier, MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED, 0, 0) == 0;
 }
 
 __attribute__((constructor)) static void modules_init(void)
 {
     find_permanent_modules();
+    init_membarrier();
     pthread_atfork(fork_prepare, fork_parent, fork_child);
     pthread_mutex_lock(&build_lock);
     rebuild();                           /* signal-safe walks need a snapshot from the start */
@@ -382,15 +413,21 @@ static void compile(sw_module *m)
 
 /* ---- the readers' side --------------------------------------------------- */
 
-const sw_snapshot *sw_snap_enter(void)
+const sw_snapshot *sw_snap_enter(crawl__thread *th)
 {
-    atomic_fetch_add(&readers, 1);
-    return atomic_load(&current);
+    unsigned n = atomic_load_explicit(&th->walks, memory_order_relaxed);
+    atomic_store_explicit(&th->walks, n + 1, memory_order_relaxed);
+    if (use_membarrier)
+        atomic_signal_fence(memory_order_seq_cst);
+    else
+        atomic_thread_fence(memory_order_seq_cst);
+    return atomic_load_explicit(&current, memory_order_acquire);
 }
 
-void sw_snap_exit(void)
+void sw_snap_exit(crawl__thread *th)
 {
-    atomic_fetch_sub(&readers, 1);
+    unsigned n = atomic_load_explicit(&th->walks, memory_order_relaxed);
+    atomic_store_explicit(&th->walks, n - 1, memory_order_release);
 }
 
 const sw_snapshot *sw_snap_refresh(void)
@@ -433,16 +470,6 @@ int sw_modules_warm(void)
     return rc < 0 ? rc : with_cfi;
 }
 
-void sw_modules_reclaim(void)
-{
-    if (!atomic_load_explicit(&retired_pending, memory_order_relaxed) ||
-        atomic_load(&readers) != 0)
-        return;
-    if (pthread_mutex_trylock(&build_lock) != 0)
-        return;
-    reclaim();
-    pthread_mutex_unlock(&build_lock);
-}
 
 int crawl_module_pin(const void *addr)
 {

@@ -238,7 +238,8 @@ static __attribute__((noinline)) int fast_ask_cfi(const sw_cursor *c, sw_hint *h
 static inline __attribute__((always_inline)) int batch_step(const sw_cursor *c,
                                                             const sw_cursor *real, int precise,
                                                             sw_hint *hint, unsigned long *hits,
-                                                            uint64_t *rule, uintptr_t next_key,
+                                                            uint64_t *rule, uint64_t *last,
+                                                            uintptr_t next_key,
                                                             uintptr_t *ip, uintptr_t *sp,
                                                             uintptr_t *fp, int exact)
 {
@@ -251,14 +252,27 @@ static inline __attribute__((always_inline)) int batch_step(const sw_cursor *c,
         int st = sw_rule_apply(c, *rule, &nip, &nsp, &nfp);
         if (st != SW_OK)
             return st;
-        uint64_t next = sw_rule_get(c, nip - 1, hits);
-        if (!next)
-            return sw_not_code(c);
+        /* recursion (direct, or two functions in turn as eval/apply):
+         * the same return addresses again */
+        uint64_t next;
+        if (nip - 1 == last[0]) {
+            next = last[1];
+            ++*hits;
+        } else if (nip - 1 == last[2]) {
+            next = last[3];
+            ++*hits;
+        } else {
+            next = sw_rule_get(c, nip - 1, hits);
+            if (!next)
+                return sw_not_code(c);
+        }
+        last[2] = last[0], last[3] = last[1];
+        last[0] = nip - 1, last[1] = next;
         *rule = next;
         *ip = nip, *sp = nsp, *fp = nfp;
         return SW_OK;
     }
-    (void)rule;
+    (void)rule, (void)last;
     uintptr_t nip = *ip, nsp = *sp, nfp = *fp;
     if (__builtin_expect(exact, 0))
         return fast_ask_cfi(real, hint, hits, ip, sp, fp, exact, nip, nsp, nfp, SW_ASK);
@@ -283,7 +297,7 @@ static inline __attribute__((always_inline)) int batch_run(walk *w, unsigned *sk
     sw_hint hint = c->hint;
     unsigned long hits = 0;
     uintptr_t ip = c->regs.ip, sp = c->regs.sp, fp = c->regs.fp;
-    uint64_t rule = 0;
+    uint64_t rule = 0, last[4] = {0, 0, 0, 0}; /* the last two keys and their rules */
     if (precise) {
         rule = sw_rule_get(&bounds, c->exact ? ip : ip - 1, &hits);
         if (!rule)                       /* the first frame is not code */
@@ -305,7 +319,7 @@ static inline __attribute__((always_inline)) int batch_run(walk *w, unsigned *sk
         int frame_due = 0;
         while (n < batch) {
             uintptr_t nip = ip, nsp = sp, nfp = fp;
-            st = batch_step(&bounds, c, precise, &hint, &hits, &rule, next_key, &nip, &nsp, &nfp,
+            st = batch_step(&bounds, c, precise, &hint, &hits, &rule, last, next_key, &nip, &nsp, &nfp,
                             exact);
             if (st != SW_OK)
                 break;
@@ -419,7 +433,7 @@ static crawl_walk_status run_walk(walk *wp, const crawl_regs *regs, unsigned exa
     sw_cursor_init(&w->cur, th, regs, exact, precise && sw_unw() ? &dwarf : NULL, ranges);
     /* Modules that can be unloaded are checked against the loader (its
      * lock: normal context only) the first time the walk meets one. */
-    w->cur.snap = sw_snap_enter();
+    w->cur.snap = sw_snap_enter(th);
     w->cur.precise = precise;
     w->cur.cfi = !(flags & CRAWL_WALK_NO_CFI_CACHE);
     w->cur.signal_safe = (flags & CRAWL_WALK_SIGNAL_SAFE) != 0;
@@ -481,10 +495,8 @@ static crawl_walk_status run_walk(walk *wp, const crawl_regs *regs, unsigned exa
     }
     if (w->cur.hits)
         __atomic_store_n(&th->cfi_hits, th->cfi_hits + w->cur.hits, __ATOMIC_RELAXED);
-    sw_snap_exit();
+    sw_snap_exit(th);
     sw_ranges_exit(held);
-    if (!w->cur.signal_safe)
-        sw_modules_reclaim();
     if (w->aborted)
         return CRAWL_WALK_ABORTED;
     return w->corrupt ? CRAWL_WALK_FAILED : CRAWL_WALK_DONE;
