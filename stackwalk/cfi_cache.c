@@ -253,7 +253,8 @@ uint64_t sw_rule_lookup(const sw_snapshot *s, uintptr_t key, int signal_safe)
     sw_module *m = g->mod;
     const sw_rules *r = signal_safe ? atomic_load_explicit(&m->rules, memory_order_acquire)
                                     : sw_module_rules(m);
-    unsigned trusted = m->permanent ? SW_RULE_TRUSTED : 0;
+    unsigned trusted =
+        atomic_load_explicit(&m->permanent, memory_order_relaxed) ? SW_RULE_TRUSTED : 0;
     uint64_t rule;
     if (!r) {
         rule = sw_rule_make(SW_RULE_OTHER | trusted, 0, 0, 0);

@@ -50,7 +50,7 @@ typedef struct sw_module {
     struct sw_module *next;             /* modules.c's list, under its lock */
     uintptr_t bias;                     /* dlpi_addr */
     uintptr_t eh_frame_hdr;             /* PT_GNU_EH_FRAME in memory, or 0 */
-    int permanent;                      /* can never be unloaded */
+    atomic_int permanent;               /* can never be unloaded (a pin may set it later) */
     atomic_int compiled;                /* sw_rules_compile ran (set under modules.c's lock) */
     int seen;
     _Atomic(const sw_rules *) rules;    /* NULL: not compiled (yet), or no CFI */

@@ -243,7 +243,8 @@ static int collect_segments(struct dl_phdr_info *info, size_t size, void *arg)
         }
         uintptr_t lo = info->dlpi_addr + ph->p_vaddr;
         b->seg[b->n++] = (sw_seg){lo, lo + ph->p_memsz, m};
-        m->permanent = is_permanent(lo) || nodelete(info) || is_pinned(info->dlpi_addr);
+        if (is_permanent(lo) || nodelete(info) || is_pinned(info->dlpi_addr))
+            atomic_store_explicit(&m->permanent, 1, memory_order_relaxed);
         m->seen = 1;
     }
     return 0;
@@ -278,17 +279,17 @@ static void free_retired(retired *r)
 
 static void count_walks(crawl__thread *th, void *busy)
 {
-    if (atomic_load_explicit(&th->walks, memory_order_relaxed))
+    if (atomic_load(&th->walks))
         *(int *)busy = 1;
 }
 
 /* No walk can hold a snapshot published before this call. */
 static int readers_idle(void)
 {
+    /* the snapshot pointer was stored seq_cst; without membarrier the
+     * counts are read seq_cst too, against the readers' seq_cst increment */
     if (use_membarrier)
         syscall(SYS_membarrier, MEMBARRIER_CMD_PRIVATE_EXPEDITED, 0, 0);
-    else
-        atomic_thread_fence(memory_order_seq_cst);
     int busy = 0;
     crawl__threads_foreach_locked(count_walks, &busy);
     return !busy;
@@ -387,6 +388,9 @@ static void fork_child(void)
 /* membarrier(2)'s private expedited command, registered once. */
 static void init_membarrier(void)
 {
+#if defined(__SANITIZE_THREAD__)
+    return;                              /* ThreadSanitizer does not model membarrier */
+#endif
     long cmds = syscall(SYS_membarrier, MEMBARRIER_CMD_QUERY, 0, 0);
     use_membarrier = cmds > 0 && (cmds & MEMBARRIER_CMD_PRIVATE_EXPEDITED) &&
                      syscall(SYS_membarrier, MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED, 0, 0) == 0;
@@ -415,13 +419,15 @@ static void compile(sw_module *m)
 
 const sw_snapshot *sw_snap_enter(crawl__thread *th)
 {
-    unsigned n = atomic_load_explicit(&th->walks, memory_order_relaxed);
-    atomic_store_explicit(&th->walks, n + 1, memory_order_relaxed);
-    if (use_membarrier)
+    if (use_membarrier) {
+        /* the writer's membarrier orders this store before its reads */
+        unsigned n = atomic_load_explicit(&th->walks, memory_order_relaxed);
+        atomic_store_explicit(&th->walks, n + 1, memory_order_relaxed);
         atomic_signal_fence(memory_order_seq_cst);
-    else
-        atomic_thread_fence(memory_order_seq_cst);
-    return atomic_load_explicit(&current, memory_order_acquire);
+        return atomic_load_explicit(&current, memory_order_acquire);
+    }
+    atomic_fetch_add(&th->walks, 1);     /* a full barrier (only this thread writes it) */
+    return atomic_load(&current);
 }
 
 void sw_snap_exit(crawl__thread *th)

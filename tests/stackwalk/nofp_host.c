@@ -23,7 +23,7 @@
 const crawl_frame_type nofp_cmp_type = {.name = "cmp"};
 
 volatile unsigned long nofp_burn_iterations = 20000;
-volatile unsigned long nofp_burn_sink;
+_Thread_local volatile unsigned long nofp_burn_sink;   /* per thread: no race */
 
 KEEP unsigned long burn(unsigned long n)
 {

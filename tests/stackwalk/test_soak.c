@@ -163,7 +163,7 @@ typedef struct depth_frame {
 static const crawl_frame_type nest_type = {.name = "nest"};
 static const crawl_frame_type loader_type = {.name = "loader"};
 
-static volatile unsigned long sink;
+static _Thread_local volatile unsigned long sink;   /* per thread: no race */
 
 NOINLINE void soak_work(unsigned n)
 {
