@@ -487,8 +487,8 @@ int crawl_module_pin(const void *addr)
     void *h = dlopen(info.dli_fname, RTLD_LAZY | RTLD_NOLOAD | RTLD_NODELETE);
     if (h)
         dlclose(h);
-    else if (info.dli_fbase != (void *)(uintptr_t)permanent[0].lo && !is_permanent((uintptr_t)addr))
-        return -ENOENT;                  /* (the program itself cannot be dlopen'ed by path) */
+    else if (!is_permanent((uintptr_t)addr))
+        return -ENOENT;                  /* (the program is permanent, and not dlopen'able by path) */
     pthread_mutex_lock(&build_lock);
     /* dli_fbase is the lowest mapped address; dlpi_addr the load bias. */
     struct link_map *lm = NULL;
