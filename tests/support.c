@@ -2,6 +2,7 @@
 #include "support.h"
 
 #include <dlfcn.h>
+#include <regex.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -135,4 +136,20 @@ int t_run_child(void (*fn)(void), char *buf, size_t len)
     int status = 0;
     waitpid(pid, &status, 0);
     return status;
+}
+
+void t_expect_lines(const char *text, const char *const *patterns)
+{
+    const char *at = text;
+    for (int i = 0; patterns[i]; i++) {
+        regex_t re;
+        regmatch_t m;
+        if (regcomp(&re, patterns[i], REG_EXTENDED | REG_NEWLINE) != 0)
+            fail_msg("bad regex %s", patterns[i]);
+        int rc = regexec(&re, at, 1, &m, 0);
+        regfree(&re);
+        if (rc != 0)
+            fail_msg("/%s/ not found (in order) in:\n%s", patterns[i], text);
+        at += m.rm_eo;
+    }
 }

@@ -48,6 +48,10 @@ void t_dump(const trace *t, const char *title);
  * whose sp is above it. */
 void t_check_order(const trace *t);
 
+/* Fail unless each extended regex matches a line of text, in order
+ * (patterns ends with NULL). */
+void t_expect_lines(const char *text, const char *const *patterns);
+
 /* Run fn in a child process; return its wait status and its stderr in buf. */
 int t_run_child(void (*fn)(void), char *buf, size_t len);
 

@@ -5,7 +5,6 @@
 #define _GNU_SOURCE
 #include "../support.h"
 
-#include <regex.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -17,23 +16,6 @@ static void keep_report(const char *text, void *ctx)
 {
     (void)ctx;
     snprintf(last, sizeof last, "%s", text);
-}
-
-/* The lines of the last report matching each pattern, in order. */
-static void expect_lines(const char *const *patterns)
-{
-    const char *at = last;
-    for (int i = 0; patterns[i]; i++) {
-        regex_t re;
-        regmatch_t m;
-        if (regcomp(&re, patterns[i], REG_EXTENDED | REG_NEWLINE) != 0)
-            fail_msg("bad regex %s", patterns[i]);
-        int rc = regexec(&re, at, 1, &m, 0);
-        regfree(&re);
-        if (rc != 0)
-            fail_msg("/%s/ not found (in order) in the report:\n%s", patterns[i], last);
-        at += m.rm_eo;
-    }
 }
 
 NOINLINE static void alloc_free_and_read(void)
@@ -48,7 +30,7 @@ static void test_default_capture_without_frame_pointers(void **state)
     (void)state;
     last[0] = '\0';
     alloc_free_and_read();
-    expect_lines((const char *const[]){
+    t_expect_lines(last, (const char *const[]){
         "^previously allocated by thread T0 here:$",
         "^    #0 0x[0-9a-f]+ in nofp_leaf .*nofp_alloc\\.c:[0-9]+$",
         "^    #1 in make_table nofp\\.script:1$",

@@ -13,6 +13,10 @@
 #define _GNU_SOURCE
 #endif
 #include <crawl/crawl.h>
+#include <signal.h>
+#include <sys/time.h>
+#include <time.h>
+#include <ucontext.h>
 #include <dlfcn.h>
 #include <link.h>
 #include <stdint.h>
@@ -165,6 +169,61 @@ static inline void prof_dump(const prof_sample *s, const char *title)
                 kinds[r->kind < 4 ? r->kind : 0], (unsigned long)r->ip, (unsigned long)r->sp,
                 r->flags, what);
     }
+}
+
+/* ---- an ITIMER_PROF sampler into a preallocated array ------------------------- */
+
+typedef struct prof_sampler {
+    prof_sample *samples;
+    unsigned max;
+    volatile unsigned n;
+    unsigned flags;                      /* crawl_walk_context flags */
+} prof_sampler;
+
+static prof_sampler prof_the_sampler;
+
+/* The SIGPROF handler: walk the interrupted context into the next sample. */
+static inline void prof_on_sigprof(int sig, siginfo_t *si, void *ucv)
+{
+    (void)sig, (void)si;
+    const ucontext_t *uc = ucv;
+    prof_sampler *p = &prof_the_sampler;
+    unsigned i = p->n;
+    if (i >= p->max)
+        return;
+    prof_sample *s = &p->samples[i];
+    s->pc = (uintptr_t)uc->uc_mcontext.gregs[REG_RIP];
+    s->sp = (uintptr_t)uc->uc_mcontext.gregs[REG_RSP];
+    s->n = s->truncated = 0;
+    s->status = crawl_walk_context(uc, prof_record, s, p->flags);
+    p->n = i + 1;
+}
+
+/* ITIMER_PROF every usec microseconds of CPU time; 0 stops it. */
+static inline void prof_set_timer(long usec)
+{
+    struct itimerval it = {.it_interval = {0, usec}, .it_value = {0, usec}};
+    setitimer(ITIMER_PROF, &it, NULL);
+}
+
+/* Run work() under ITIMER_PROF at 1 kHz of CPU time until `want` samples
+ * (or max_seconds of wall time: a bail-out for a starved machine, not a
+ * check), with prof_on_sigprof installed for SIGPROF. */
+static inline void prof_run(void (*work)(void), unsigned want, int max_seconds)
+{
+    struct sigaction sa = {.sa_sigaction = prof_on_sigprof, .sa_flags = SA_SIGINFO | SA_RESTART},
+                     old;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGPROF, &sa, &old);
+    struct timespec t0, t;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    prof_set_timer(1000);
+    do {
+        work();
+        clock_gettime(CLOCK_MONOTONIC, &t);
+    } while (prof_the_sampler.n < want && t.tv_sec - t0.tv_sec < max_seconds);
+    prof_set_timer(0);
+    sigaction(SIGPROF, &old, NULL);
 }
 
 #endif

@@ -30,29 +30,7 @@ int main(void);
 #define SAMPLES_MAX 360u
 #define MAX_WALL_SECONDS 60 /* a bail-out for a starved machine, not a check */
 
-static prof_sample *samples;
-static volatile unsigned nsamples;
 
-static void on_sigprof(int sig, siginfo_t *si, void *ucv)
-{
-    (void)sig, (void)si;
-    const ucontext_t *uc = ucv;
-    unsigned i = nsamples;
-    if (i >= SAMPLES_MAX)
-        return;
-    prof_sample *s = &samples[i];
-    s->pc = (uintptr_t)uc->uc_mcontext.gregs[REG_RIP];
-    s->sp = (uintptr_t)uc->uc_mcontext.gregs[REG_RSP];
-    s->n = s->truncated = 0;
-    s->status = crawl_walk_context(uc, prof_record, s, CRAWL_WALK_SIGNAL_SAFE);
-    nsamples = i + 1;
-}
-
-static void set_timer(long usec)
-{
-    struct itimerval it = {.it_interval = {0, usec}, .it_value = {0, usec}};
-    setitimer(ITIMER_PROF, &it, NULL);
-}
 
 NOINLINE void sigonly_round(int *v, size_t n)
 {
@@ -60,6 +38,12 @@ NOINLINE void sigonly_round(int *v, size_t n)
         v[i] = (int)((i * 29) % n);
     host_sort(v, n);
     __asm__ volatile("" : : "r"(v) : "memory");
+}
+
+NOINLINE static void sigonly_round_64(void)
+{
+    int v[64];
+    sigonly_round(v, 64);
 }
 
 static void test_signal_safe_walks_use_warmed_rules(void **state)
@@ -75,26 +59,14 @@ static void test_signal_safe_walks_use_warmed_rules(void **state)
     unsigned long h0, m0, f0, h1, m1, f1;
     crawl_cfi_cache_stats(&h0, &m0, &f0);
 
-    struct sigaction sa = {.sa_sigaction = on_sigprof, .sa_flags = SA_SIGINFO | SA_RESTART}, old;
-    sigemptyset(&sa.sa_mask);
-    sigaction(SIGPROF, &sa, &old);
-    struct timespec t0, t;
-    clock_gettime(CLOCK_MONOTONIC, &t0);
-    int v[64];
-    set_timer(1000);
-    do {
-        sigonly_round(v, 64);
-        clock_gettime(CLOCK_MONOTONIC, &t);
-    } while (nsamples < SAMPLES_WANTED && t.tv_sec - t0.tv_sec < MAX_WALL_SECONDS);
-    set_timer(0);
-    sigaction(SIGPROF, &old, NULL);
+    prof_run(sigonly_round_64, SAMPLES_WANTED, MAX_WALL_SECONDS);
     crawl_cfi_cache_stats(&h1, &m1, &f1);
 
-    unsigned n = nsamples < SAMPLES_MAX ? nsamples : SAMPLES_MAX;
+    unsigned n = prof_the_sampler.n < SAMPLES_MAX ? prof_the_sampler.n : SAMPLES_MAX;
     unsigned done = 0, failed = 0, reached = 0, gaps = 0;
     int first_short = -1;
     for (unsigned i = 0; i < n; i++) {
-        const prof_sample *s = &samples[i];
+        const prof_sample *s = &prof_the_sampler.samples[i];
         done += s->status == CRAWL_WALK_DONE;
         failed += s->status == CRAWL_WALK_FAILED;
         int m = prof_find_fn(s, &main_fn, 0);
@@ -113,7 +85,7 @@ static void test_signal_safe_walks_use_warmed_rules(void **state)
     print_message("cfi cache during the profile: hits +%lu, misses +%lu, fallbacks +%lu\n", h1 - h0,
                   m1 - m0, f1 - f0);
     if (first_short >= 0)
-        prof_dump(&samples[first_short], "first sample that does not reach main");
+        prof_dump(&prof_the_sampler.samples[first_short], "first sample that does not reach main");
 
     assert_true(n >= SAMPLES_WANTED / 2);
     if (h1 <= h0)
@@ -130,14 +102,16 @@ static void test_signal_safe_walks_use_warmed_rules(void **state)
 int main(void)
 {
     crawl_thread_attach();
-    samples = mmap(NULL, SAMPLES_MAX * sizeof *samples, PROT_READ | PROT_WRITE,
+    prof_the_sampler.max = SAMPLES_MAX;
+    prof_the_sampler.flags = CRAWL_WALK_SIGNAL_SAFE;
+    prof_the_sampler.samples = mmap(NULL, SAMPLES_MAX * sizeof(prof_sample), PROT_READ | PROT_WRITE,
                    MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (samples == MAP_FAILED)
+    if (prof_the_sampler.samples == MAP_FAILED)
         return 1;
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_signal_safe_walks_use_warmed_rules),
     };
     int rc = cmocka_run_group_tests_name("cfi-signal", tests, NULL, NULL);
-    munmap(samples, SAMPLES_MAX * sizeof *samples);
+    munmap(prof_the_sampler.samples, SAMPLES_MAX * sizeof(prof_sample));
     return rc;
 }

@@ -32,30 +32,7 @@ int main(void);
 #define SAMPLES_MAX 480u    /* room for samples taken while stopping */
 #define MAX_WALL_SECONDS 60 /* a bail-out for a starved machine, not a check */
 
-static prof_sample *samples;
-static volatile unsigned nsamples;
-static unsigned walk_flags;
 
-static void on_sigprof(int sig, siginfo_t *si, void *ucv)
-{
-    (void)sig, (void)si;
-    const ucontext_t *uc = ucv;
-    unsigned i = nsamples;
-    if (i >= SAMPLES_MAX)
-        return;
-    prof_sample *s = &samples[i];
-    s->pc = (uintptr_t)uc->uc_mcontext.gregs[REG_RIP];
-    s->sp = (uintptr_t)uc->uc_mcontext.gregs[REG_RSP];
-    s->n = s->truncated = 0;
-    s->status = crawl_walk_context(uc, prof_record, s, walk_flags);
-    nsamples = i + 1;
-}
-
-static void set_timer(long usec)
-{
-    struct itimerval it = {.it_interval = {0, usec}, .it_value = {0, usec}};
-    setitimer(ITIMER_PROF, &it, NULL);
-}
 
 NOINLINE void profile_round(int *v, size_t n)
 {
@@ -65,25 +42,19 @@ NOINLINE void profile_round(int *v, size_t n)
     __asm__ volatile("" : : "r"(v) : "memory");
 }
 
+NOINLINE static void profile_round_64(void)
+{
+    int v[64];
+    profile_round(v, 64);
+}
+
 /* Sample host_sort with the given walk flags until SAMPLES_WANTED samples. */
 NOINLINE static void profile(unsigned flags)
 {
-    memset(samples, 0, SAMPLES_MAX * sizeof *samples);
-    nsamples = 0;
-    walk_flags = flags;
-    struct sigaction sa = {.sa_sigaction = on_sigprof, .sa_flags = SA_SIGINFO | SA_RESTART}, old;
-    sigemptyset(&sa.sa_mask);
-    sigaction(SIGPROF, &sa, &old);
-    struct timespec t0, t;
-    clock_gettime(CLOCK_MONOTONIC, &t0);
-    int v[64];
-    set_timer(1000);
-    do {
-        profile_round(v, 64);
-        clock_gettime(CLOCK_MONOTONIC, &t);
-    } while (nsamples < SAMPLES_WANTED && t.tv_sec - t0.tv_sec < MAX_WALL_SECONDS);
-    set_timer(0);
-    sigaction(SIGPROF, &old, NULL);
+    memset(prof_the_sampler.samples, 0, SAMPLES_MAX * sizeof(prof_sample));
+    prof_the_sampler.n = 0;
+    prof_the_sampler.flags = flags;
+    prof_run(profile_round_64, SAMPLES_WANTED, MAX_WALL_SECONDS);
 }
 
 typedef struct tally {
@@ -97,9 +68,9 @@ typedef struct tally {
 static tally count(const fn_range *burn_fn, const fn_range *ccmp_fn, const fn_range *main_fn)
 {
     tally c = {.first_bad = -1};
-    c.samples = nsamples < SAMPLES_MAX ? nsamples : SAMPLES_MAX;
+    c.samples = prof_the_sampler.n < SAMPLES_MAX ? prof_the_sampler.n : SAMPLES_MAX;
     for (unsigned i = 0; i < c.samples; i++) {
-        const prof_sample *s = &samples[i];
+        const prof_sample *s = &prof_the_sampler.samples[i];
         c.done += s->status == CRAWL_WALK_DONE;
         c.failed += s->status == CRAWL_WALK_FAILED;
         c.aborted += s->status == CRAWL_WALK_ABORTED;
@@ -154,7 +125,7 @@ static void check_profile(unsigned flags, const char *mode)
                   c.frame_before_burn, c.main_reached,
                   c.in_burn ? 100.0 * c.main_reached / c.in_burn : 0.0);
     if (c.first_bad >= 0)
-        prof_dump(&samples[c.first_bad], "first sample in burn out of order");
+        prof_dump(&prof_the_sampler.samples[c.first_bad], "first sample in burn out of order");
 
     /* enough samples to judge, most of them in burn (the workload is burn) */
     assert_true(c.samples >= SAMPLES_WANTED / 2);
@@ -193,15 +164,16 @@ static void test_precise_signal_safe(void **state)
 int main(void)
 {
     crawl_thread_attach();
-    samples = mmap(NULL, SAMPLES_MAX * sizeof *samples, PROT_READ | PROT_WRITE,
+    prof_the_sampler.max = SAMPLES_MAX;
+    prof_the_sampler.samples = mmap(NULL, SAMPLES_MAX * sizeof(prof_sample), PROT_READ | PROT_WRITE,
                    MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (samples == MAP_FAILED)
+    if (prof_the_sampler.samples == MAP_FAILED)
         return 1;
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_fast_signal_safe),
         cmocka_unit_test(test_precise_signal_safe),
     };
     int rc = cmocka_run_group_tests_name("order-nofp", tests, NULL, NULL);
-    munmap(samples, SAMPLES_MAX * sizeof *samples);
+    munmap(prof_the_sampler.samples, SAMPLES_MAX * sizeof(prof_sample));
     return rc;
 }
