@@ -223,6 +223,7 @@ static inline void prof_run(void (*work)(void), unsigned want, int max_seconds)
         clock_gettime(CLOCK_MONOTONIC, &t);
     } while (prof_the_sampler.n < want && t.tv_sec - t0.tv_sec < max_seconds);
     prof_set_timer(0);
+    signal(SIGPROF, SIG_IGN);            /* drops a tick still pending (valgrind delays them) */
     sigaction(SIGPROF, &old, NULL);
 }
 
