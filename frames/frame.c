@@ -135,23 +135,40 @@ static const char *checked_name(const crawl__thread *th, const crawl_frame *f)
     return crawl__type_name(f->type);
 }
 
-/* The Frame being popped is not the top: say which is, and stop. */
+/* The Frame being popped is not the top: say which is, and stop. caller_sp
+ * is the stack pointer of crawl_frame_pop's caller: a top Frame below it
+ * lies in a stack frame that has returned (the commonest mistake: a return
+ * inside a GCPROTECT block), and its memory is reused, by this very call
+ * among others, so it is never read. */
 __attribute__((noinline, cold, noreturn)) static void pop_mismatch(const crawl__thread *th,
-                                                                  const crawl_frame *f)
+                                                                  const crawl_frame *f,
+                                                                  uintptr_t caller_sp)
 {
     const crawl_frame *top = th->top;
     if (!top)
         crawl__fatal("crawl_frame_pop of '%s' Frame %p, but this thread's Frame chain is empty",
                      checked_name(th, f), (void *)f);
-    crawl__fatal("Frame popped out of order: expected the top Frame '%s' at %p, got '%s' at %p",
-                 crawl__type_name(top->type), (void *)top, checked_name(th, f), (void *)f);
+    uintptr_t t = (uintptr_t)top;
+    int same_stack = (t >= th->stack_lo && t < th->stack_hi) ==
+                     (caller_sp >= th->stack_lo && caller_sp < th->stack_hi);
+    if (same_stack && t < caller_sp)
+        crawl__fatal("Frame popped out of order: crawl_frame_pop of '%s' Frame %p, but the top "
+                     "Frame %p lies in a stack frame that has already returned (a return or "
+                     "longjmp skipped its crawl_frame_pop? use crawl_frame_unwind_to before a "
+                     "longjmp)",
+                     checked_name(th, f), (void *)f, (void *)top);
+    crawl__fatal("Frame popped out of order: expected the top Frame '%s' at %p, got '%s' at %p "
+                 "(Frames are popped newest first)",
+                 checked_name(th, top), (void *)top, checked_name(th, f), (void *)f);
 }
 
 void crawl_frame_pop(crawl_frame *f)
 {
     crawl__thread *th = crawl__self();
-    if (__builtin_expect(th->top != f || !f, 0))
-        pop_mismatch(th, f);
+    if (__builtin_expect(th->top != f || !f, 0)) {
+        /* libcrawl keeps frame pointers: the caller's sp is rbp + 16 */
+        pop_mismatch(th, f, (uintptr_t)__builtin_frame_address(0) + 2 * sizeof(void *));
+    }
     th->top = f->next;
     atomic_signal_fence(memory_order_release);
     th->nframes--;

@@ -219,6 +219,29 @@ static void push_misaligned(void)
     crawl_frame_push((crawl_frame *)(void *)(raw.c + 1), &t_plain_type);
 }
 
+/* A return inside a GCPROTECT-style block: the callee's Frame is left on
+ * top, dead, and its memory is reused by the next calls. */
+NOINLINE static void leave_frame_pushed(void)
+{
+    label_frame dead = {.label = "dead"};
+    crawl_frame_push(&dead.frame, &t_label_type);
+}
+
+NOINLINE static void scribble(void)
+{
+    volatile char junk[512];
+    memset((char *)junk, 'A', sizeof junk);
+}
+
+static void return_inside_protect(void)
+{
+    label_frame outer = {.label = "outer"};
+    crawl_frame_push(&outer.frame, &t_label_type);
+    leave_frame_pushed();
+    scribble();                          /* the dead Frame's type pointer is now 0x4141... */
+    crawl_frame_pop(&outer.frame);
+}
+
 static void expect_abort(void (*fn)(void), const char *expected)
 {
     char out[2048];
@@ -240,6 +263,10 @@ static void test_misuse_is_fatal_with_one_line(void **state)
     expect_abort(pop_out_of_order, "crawl: fatal: Frame popped out of order: expected the top "
                                    "Frame 'entry' at ");
     expect_abort(pop_out_of_order, ", got 'label' at ");
+    expect_abort(return_inside_protect, "crawl: fatal: Frame popped out of order: crawl_frame_pop "
+                                        "of 'label' Frame ");
+    expect_abort(return_inside_protect, "lies in a stack frame that has already returned (a "
+                                        "return or longjmp skipped its crawl_frame_pop?");
     expect_abort(push_heap_frame, "crawl_frame_push of 'plain' Frame ");
     expect_abort(push_heap_frame, "not on this thread's stack");
     expect_abort(push_other_threads_frame, "not on this thread's stack");
