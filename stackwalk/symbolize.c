@@ -7,6 +7,7 @@
 #include <elfutils/libdw.h>
 #include <elfutils/libdwfl.h>
 #include <errno.h>
+#include <link.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <string.h>
@@ -101,9 +102,35 @@ static char *stash(const char *s, char *buf, size_t len, size_t *used, int *full
     return d;
 }
 
+typedef struct seg_query {
+    uintptr_t pc;
+    int found;
+} seg_query;
+
+static int find_segment(struct dl_phdr_info *info, size_t size, void *arg)
+{
+    (void)size;
+    seg_query *q = arg;
+    for (int i = 0; i < info->dlpi_phnum; i++) {
+        const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
+        uintptr_t lo = info->dlpi_addr + ph->p_vaddr;
+        if (ph->p_type == PT_LOAD && q->pc - lo < ph->p_memsz) {
+            q->found = 1;
+            return 1;
+        }
+    }
+    return 0;
+}
+
 int crawl_symbolize(uintptr_t pc, crawl_symbol *out, char *buf, size_t len)
 {
     memset(out, 0, sizeof *out);
+    /* libdwfl answers with the nearest module for addresses in none (the
+     * stack, an anonymous mapping, far past a library): ask the loader */
+    seg_query q = {pc, 0};
+    dl_iterate_phdr(find_segment, &q);
+    if (!q.found)
+        return -ENOENT;
     pthread_mutex_lock(&sym_lock);
     Dwfl_Module *m = find_module(pc);
     if (!m) {

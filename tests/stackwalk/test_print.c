@@ -7,6 +7,7 @@
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 static void assert_matches(const char *text, const char *pattern)
@@ -42,6 +43,16 @@ static void test_symbolize(void **state)
     assert_non_null(strstr(s.module, "libc.so"));
     assert_true(s.module_offset > 0);
     assert_int_equal(crawl_symbolize(0x10, &s, buf, sizeof buf), -ENOENT);
+    /* addresses in no module: the stack, an anonymous mapping, far past libc */
+    int local = 0;
+    assert_int_equal(crawl_symbolize((uintptr_t)&local, &s, buf, sizeof buf), -ENOENT);
+    void *anon = mmap(NULL, 4096, PROT_READ | PROT_EXEC, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    assert_true(anon != MAP_FAILED);
+    assert_int_equal(crawl_symbolize((uintptr_t)anon + 16, &s, buf, sizeof buf), -ENOENT);
+    munmap(anon, 4096);
+    assert_int_equal(crawl_symbolize((uintptr_t)getpid + ((uintptr_t)1 << 40), &s, buf, sizeof buf),
+                     -ENOENT);
+    assert_null(s.module);
     char tiny[4];
     assert_int_equal(crawl_symbolize((uintptr_t)known_function + 1, &s, tiny, sizeof tiny), -ENOSPC);
 }
