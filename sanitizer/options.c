@@ -39,7 +39,8 @@ static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static const char help_text[] =
     "crawl sanitizer options (key=value, separated by ':'):\n"
     "  halt_on_error=1         abort after a report (0: go on)\n"
-    "  log_path=PATH           write reports to PATH.PID (stderr, stdout: those)\n"
+    "  log_path=PATH           write reports to PATH.PID (stderr, stdout: those;\n"
+    "                          a device or FIFO such as /dev/null: PATH itself)\n"
     "  malloc_context_size=30  frames kept per allocation/free stack (1..256)\n"
     "  quarantine_size_mb=64   freed memory kept unallocatable (0..65536)\n"
     "  redzone=16              minimum redzone bytes (16..2048, a power of 2)\n"

@@ -1,6 +1,6 @@
 /* Reports: assembled in a fixed buffer (no malloc in this code; libdw
  * allocates inside symbolization), written with write(2) to stderr or to
- * log_path.PID, handed to the report callback, then abort with
+ * log_path.PID (log_path itself for a device or a FIFO), handed to the report callback, then abort with
  * halt_on_error=1. */
 #include <fcntl.h>
 #include <pthread.h>
@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "sanitizer/internal.h"
@@ -133,8 +134,15 @@ void san_report_end(san_report *r)
     if (strcmp(o->log_path, "stdout") == 0)
         fd = STDOUT_FILENO;
     else if (o->log_path[0] && strcmp(o->log_path, "stderr") != 0) {
+        /* A device or a pipe (/dev/null, a FIFO a tool reads) is written
+         * as named: PATH.PID would create a new file beside it (in /dev,
+         * as root). Anything else gets the .PID suffix, as ASan's. */
+        struct stat st;
         char path[600];
-        snprintf(path, sizeof path, "%s.%d", o->log_path, (int)getpid());
+        if (stat(o->log_path, &st) == 0 && (S_ISCHR(st.st_mode) || S_ISFIFO(st.st_mode)))
+            snprintf(path, sizeof path, "%s", o->log_path);
+        else
+            snprintf(path, sizeof path, "%s.%d", o->log_path, (int)getpid());
         int lf = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
         if (lf >= 0)
             fd = lf, opened = 1;

@@ -101,7 +101,8 @@ CRAWL_API int crawl_heap_owns(const void *p);
  * then from each crawl_sanitizer_set_options call.
  *   halt_on_error=1         abort after a report (0: return and go on)
  *   log_path=PATH           write reports to PATH.PID ("stderr", the default,
- *                           and "stdout" name those streams)
+ *                           and "stdout" name those streams; a device or a
+ *                           FIFO, such as /dev/null, is written as named)
  *   malloc_context_size=30  frames kept per allocation/free stack (1..256)
  *   quarantine_size_mb=64   freed memory kept unallocatable
  *   redzone=16              minimum redzone bytes (16..2048, a power of 2)
