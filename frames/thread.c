@@ -15,7 +15,7 @@ static pthread_mutex_t registry_lock = PTHREAD_MUTEX_INITIALIZER;
 static crawl__thread *registry_head;
 static pthread_key_t exit_key;
 static atomic_uint next_seq;
-atomic_ulong crawl__exited_cfi_hits;
+atomic_ulong crawl__exited_cfi_hits;    /* and detached */
 static pthread_once_t exit_key_once = PTHREAD_ONCE_INIT;
 
 /* The registry is changed under registry_lock, one atomic pointer store at
@@ -52,6 +52,15 @@ void crawl__threads_foreach_locked(void (*fn)(crawl__thread *th, void *ctx), voi
 /* Runs when an attached thread exits: its TLS block is about to go away,
  * so it must leave the registry. Frames still linked at exit are dropped
  * (the thread's stack is gone too). */
+/* Leave the registry (under registry_lock), keeping the thread's counters. */
+static void leave_registry(crawl__thread *th)
+{
+    pthread_mutex_lock(&registry_lock);
+    registry_unlink(th);
+    atomic_fetch_add(&crawl__exited_cfi_hits, __atomic_exchange_n(&th->cfi_hits, 0, __ATOMIC_RELAXED));
+    pthread_mutex_unlock(&registry_lock);
+}
+
 static void on_thread_exit(void *unused)
 {
     (void)unused;
@@ -59,9 +68,7 @@ static void on_thread_exit(void *unused)
     if (!th->attached)
         return;
     th->attached = 0;
-    pthread_mutex_lock(&registry_lock);
-    registry_unlink(th);
-    pthread_mutex_unlock(&registry_lock);
+    leave_registry(th);
     th->top = NULL;
     th->nframes = 0;
 }
@@ -146,9 +153,7 @@ void crawl_thread_detach(void)
                      th->nframes, crawl__type_name(th->top->type), (void *)th->top);
     th->attached = 0;
     atomic_signal_fence(memory_order_release);
-    pthread_mutex_lock(&registry_lock);
-    registry_unlink(th);
-    pthread_mutex_unlock(&registry_lock);
+    leave_registry(th);
     pthread_setspecific(exit_key, NULL);
 }
 

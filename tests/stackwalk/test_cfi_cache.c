@@ -8,6 +8,7 @@
 #include <crawl/ffi.h>
 #include <dlfcn.h>
 #include <errno.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -329,6 +330,38 @@ static void test_signal_safe_walks(void **state)
     sigaction(SIGUSR2, &old, NULL);
 }
 
+/* ---- the hits of threads that have exited stay counted --------------------- */
+
+static crawl_action count_frames(const crawl_cf *cf, void *ctx)
+{
+    (void)cf;
+    ++*(unsigned *)ctx;
+    return CRAWL_CONTINUE;
+}
+
+static void *walk_then_exit(void *arg)
+{
+    (void)arg;
+    for (int i = 0; i < 100; i++) {
+        unsigned n = 0;
+        crawl_walk(count_frames, &n, 0);
+    }
+    return NULL;
+}
+
+static void test_exited_threads_hits(void **state)
+{
+    (void)state;
+    unsigned long h0, h1;
+    crawl_cfi_cache_stats(&h0, NULL, NULL);
+    pthread_t t;
+    assert_int_equal(pthread_create(&t, NULL, walk_then_exit, NULL), 0);
+    assert_int_equal(pthread_join(t, NULL), 0);
+    crawl_cfi_cache_stats(&h1, NULL, NULL);
+    print_message("hits: %lu before the thread, %lu after it exited\n", h0, h1);
+    assert_true(h1 >= h0 + 100);           /* 100 walks of several frames each */
+}
+
 int main(void)
 {
     crawl_thread_attach();
@@ -340,6 +373,7 @@ int main(void)
         cmocka_unit_test(test_random_chains),
         cmocka_unit_test(test_dlopen_replaced),
         cmocka_unit_test(test_signal_safe_walks),
+        cmocka_unit_test(test_exited_threads_hits),
     };
     int rc = cmocka_run_group_tests_name("cfi-cache", tests, NULL, NULL);
     print_message("compared %d walks with libunwind's\n", compared);
