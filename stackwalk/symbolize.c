@@ -7,7 +7,6 @@
 #include <elfutils/libdw.h>
 #include <elfutils/libdwfl.h>
 #include <errno.h>
-#include <link.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <string.h>
@@ -47,16 +46,31 @@ static Dwfl *open_session(void)
     return d;
 }
 
+/* libdwfl's dwfl_addrmodule answers with a nearby module for an address in
+ * none (the stack, an anonymous mapping, far past a library): the address
+ * must lie inside the module's mapped range. No loader lock is taken here
+ * (dl_iterate_phdr would deadlock a fork child whose parent had another
+ * thread inside it). */
+static Dwfl_Module *module_holding(uintptr_t pc)
+{
+    Dwfl_Module *m = session ? dwfl_addrmodule(session, pc) : NULL;
+    Dwarf_Addr low = 0, high = 0;
+    if (m && dwfl_module_info(m, NULL, &low, &high, NULL, NULL, NULL, NULL) &&
+        pc >= low && pc < high)
+        return m;
+    return NULL;
+}
+
 static Dwfl_Module *find_module(uintptr_t pc)
 {
     if (!session)
         session = open_session();
-    Dwfl_Module *m = session ? dwfl_addrmodule(session, pc) : NULL;
-    if (!m) {
+    Dwfl_Module *m = module_holding(pc);
+    if (!m) {                            /* loaded since the session was built? */
         if (session)
             dwfl_end(session);
         session = open_session();
-        m = session ? dwfl_addrmodule(session, pc) : NULL;
+        m = module_holding(pc);
     }
     return m;
 }
@@ -102,35 +116,9 @@ static char *stash(const char *s, char *buf, size_t len, size_t *used, int *full
     return d;
 }
 
-typedef struct seg_query {
-    uintptr_t pc;
-    int found;
-} seg_query;
-
-static int find_segment(struct dl_phdr_info *info, size_t size, void *arg)
-{
-    (void)size;
-    seg_query *q = arg;
-    for (int i = 0; i < info->dlpi_phnum; i++) {
-        const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
-        uintptr_t lo = info->dlpi_addr + ph->p_vaddr;
-        if (ph->p_type == PT_LOAD && q->pc - lo < ph->p_memsz) {
-            q->found = 1;
-            return 1;
-        }
-    }
-    return 0;
-}
-
 int crawl_symbolize(uintptr_t pc, crawl_symbol *out, char *buf, size_t len)
 {
     memset(out, 0, sizeof *out);
-    /* libdwfl answers with the nearest module for addresses in none (the
-     * stack, an anonymous mapping, far past a library): ask the loader */
-    seg_query q = {pc, 0};
-    dl_iterate_phdr(find_segment, &q);
-    if (!q.found)
-        return -ENOENT;
     pthread_mutex_lock(&sym_lock);
     Dwfl_Module *m = find_module(pc);
     if (!m) {

@@ -41,6 +41,7 @@ crawl_action t_record(const crawl_cf *cf, void *ctx)
     r->ip = crawl_cf_ip(cf);
     r->sp = crawl_cf_sp(cf);
     r->frame = crawl_cf_frame(cf);
+    r->type = r->frame ? r->frame->type : NULL;
     r->method = crawl_cf_method(cf);
     r->has_regs = crawl_cf_regs(cf) != NULL;
     /* Frames live only as long as the walk: name them now */

@@ -14,7 +14,8 @@ typedef struct rec {
     crawl_kind kind;
     unsigned flags, depth;
     uintptr_t ip, sp;
-    crawl_frame *frame;
+    crawl_frame *frame;                 /* dead once the walk returns: read type instead */
+    const crawl_frame_type *type;       /* the Frame's type, read during the walk */
     const void *method;
     int has_regs;
     char name[160];     /* label, Frame type name, VM describe text or native function */

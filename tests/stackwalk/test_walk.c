@@ -280,7 +280,7 @@ static void test_interpreter_segment(void **state)
         EXPECT(T.r[3].kind == CRAWL_CF_VM && strcmp(T.r[3].name, "fib vm.script:4") == 0);
         EXPECT(T.r[4].kind == CRAWL_CF_VM && strcmp(T.r[4].name, "main vm.script:10") == 0);
         EXPECT(T.r[2].ip == 5 && strcmp((const char *)T.r[2].method, "fib") == 0);
-        EXPECT(T.r[2].sp == (uintptr_t)T.r[2].frame && T.r[2].frame->type == &segment_type);
+        EXPECT(T.r[2].sp == (uintptr_t)T.r[2].frame && T.r[2].type == &segment_type);
         EXPECT(strcmp(T.r[5].name, "interp_loop") == 0);
     }
     /* VM activations only */
@@ -290,7 +290,7 @@ static void test_interpreter_segment(void **state)
     EXPECT(T.n >= 3 && T.r[0].kind == CRAWL_CF_VM && T.r[2].kind == CRAWL_CF_VM);
     for (unsigned i = 0; i < T.n; i++)
         EXPECT(T.r[i].kind == CRAWL_CF_VM || (T.r[i].kind == CRAWL_CF_FRAME &&
-                                              T.r[i].frame->type->flags & CRAWL_FRAME_FUNCTION));
+                                              T.r[i].type->flags & CRAWL_FRAME_FUNCTION));
     /* the segment as one Frame */
     reset();
     interp_loop(CRAWL_WALK_NO_VM);
