@@ -104,6 +104,14 @@ static int ring_push(quarantined q)
     return 0;
 }
 
+void san_heap_fork(int lock)
+{
+    if (lock)
+        pthread_mutex_lock(&heap_lock);
+    else
+        pthread_mutex_unlock(&heap_lock);
+}
+
 static void init_heap(void)
 {
     region = mmap(NULL, REGION_SIZE, PROT_READ | PROT_WRITE,

@@ -45,4 +45,13 @@ void san_print_stack_at(san_report *r, const crawl_regs *from);
 void san_report_end(san_report *r);
 unsigned san_thread_id(void);
 
+/* fork(): each file's locks, taken before fork and released after it in
+ * both processes. options.c registers them once, in one order: options,
+ * reports, heap (reports and heap each take stackwalk's and frames' locks
+ * inside theirs, so the sanitizer's handlers, registered after libcrawl's
+ * constructors, lock first). */
+void san_options_fork(int lock);
+void san_report_fork(int lock);
+void san_heap_fork(int lock);
+
 #endif

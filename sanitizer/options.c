@@ -34,7 +34,7 @@ static const snapshot first = {.o = {
 }};
 static const snapshot *_Atomic current = &first;
 static pthread_once_t once = PTHREAD_ONCE_INIT;
-static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_mutex_t options_lock = PTHREAD_MUTEX_INITIALIZER;
 
 static const char help_text[] =
     "crawl sanitizer options (key=value, separated by ':'):\n"
@@ -129,7 +129,7 @@ static int apply(const char *s)
     if (!s)
         return -EINVAL;
     int help = 0;
-    pthread_mutex_lock(&lock);
+    pthread_mutex_lock(&options_lock);
     const snapshot *old = atomic_load_explicit(&current, memory_order_relaxed);
     san_options o = old->o;
     int rc = parse(s, &o, &help);
@@ -143,7 +143,7 @@ static int apply(const char *s)
             rc = -ENOMEM;
         }
     }
-    pthread_mutex_unlock(&lock);
+    pthread_mutex_unlock(&options_lock);
     if (rc == 0 && help) {
         ssize_t w = write(STDERR_FILENO, help_text, sizeof help_text - 1);
         (void)w;
@@ -151,8 +151,31 @@ static int apply(const char *s)
     return rc;
 }
 
+void san_options_fork(int lock)
+{
+    if (lock)
+        pthread_mutex_lock(&options_lock);
+    else
+        pthread_mutex_unlock(&options_lock);
+}
+
+static void fork_prepare(void)
+{
+    san_options_fork(1);
+    san_report_fork(1);
+    san_heap_fork(1);
+}
+
+static void fork_release(void)
+{
+    san_heap_fork(0);
+    san_report_fork(0);
+    san_options_fork(0);
+}
+
 static void init(void)
 {
+    pthread_atfork(fork_prepare, fork_release, fork_release);
     if (crawl_default_options)
         apply(crawl_default_options());
     /* never from the environment of a set-uid or set-gid program */

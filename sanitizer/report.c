@@ -44,6 +44,14 @@ void crawl_set_report_callback(void (*fn)(const char *report, void *ctx), void *
     pthread_mutex_unlock(&report_lock);
 }
 
+void san_report_fork(int lock)
+{
+    if (lock)
+        pthread_mutex_lock(&report_lock);
+    else
+        pthread_mutex_unlock(&report_lock);
+}
+
 unsigned long crawl_sanitizer_report_count(void)
 {
     return __atomic_load_n(&reports, __ATOMIC_RELAXED);
