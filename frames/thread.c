@@ -38,7 +38,7 @@ void crawl__threads_foreach(void (*fn)(crawl__thread *th, void *ctx), void *ctx)
 {
     for (crawl__thread *th = __atomic_load_n(&registry_head, __ATOMIC_ACQUIRE); th;
          th = __atomic_load_n(&th->reg_next, __ATOMIC_ACQUIRE))
-        if (th->attached)
+        if (__atomic_load_n(&th->attached, __ATOMIC_RELAXED))   /* others write theirs */
             fn(th, ctx);
 }
 
@@ -67,7 +67,7 @@ static void on_thread_exit(void *unused)
     crawl__thread *th = crawl__self();
     if (!th->attached)
         return;
-    th->attached = 0;
+    __atomic_store_n(&th->attached, 0, __ATOMIC_RELAXED);
     leave_registry(th);
     th->top = NULL;
     th->nframes = 0;
@@ -132,7 +132,7 @@ int crawl_thread_attach(void)
     for (int i = 0; i < 4; i++)
         th->types[i] = NULL;
 
-    th->attached = 1;
+    __atomic_store_n(&th->attached, 1, __ATOMIC_RELAXED);
     pthread_mutex_lock(&registry_lock);
     th->reg_prev = NULL;
     th->reg_next = registry_head;
@@ -151,7 +151,7 @@ void crawl_thread_detach(void)
     if (th->top)
         crawl__fatal("crawl_thread_detach with %u Frame(s) still pushed (top '%s' at %p)",
                      th->nframes, crawl__type_name(th->top->type), (void *)th->top);
-    th->attached = 0;
+    __atomic_store_n(&th->attached, 0, __ATOMIC_RELAXED);
     atomic_signal_fence(memory_order_release);
     leave_registry(th);
     pthread_setspecific(exit_key, NULL);

@@ -73,7 +73,7 @@ typedef struct arena {
 
 static _Atomic(arena *) current_arena;
 static atomic_size_t bytes_used, drops, stored;
-static size_t budget = (size_t)256 << 20;
+static atomic_size_t budget = (size_t)256 << 20;   /* set by options, read by puts */
 
 static arena *new_arena(size_t need)
 {
@@ -90,7 +90,8 @@ static arena *new_arena(size_t need)
 static void *arena_alloc(size_t bytes)
 {
     bytes = (bytes + 15) & ~(size_t)15;
-    if (atomic_fetch_add(&bytes_used, bytes) + bytes > budget) {
+    if (atomic_fetch_add(&bytes_used, bytes) + bytes >
+        atomic_load_explicit(&budget, memory_order_relaxed)) {
         atomic_fetch_sub(&bytes_used, bytes);
         return NULL;
     }
@@ -237,10 +238,10 @@ void crawl_depot_get_stats(crawl_depot_stats *out)
     out->ids = atomic_load(&stored);
     out->bytes = atomic_load(&bytes_used);
     out->drops = atomic_load(&drops);
-    out->budget = budget;
+    out->budget = atomic_load_explicit(&budget, memory_order_relaxed);
 }
 
 void san_depot_set_budget(size_t bytes)
 {
-    budget = bytes;
+    atomic_store_explicit(&budget, bytes, memory_order_relaxed);
 }

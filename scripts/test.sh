@@ -1,13 +1,14 @@
 #!/bin/sh
 # Build and run every test: the optimized build, then the whole suite again
-# under AddressSanitizer + UndefinedBehaviorSanitizer, and with clang when it
-# is installed (it is not installed for you).
+# under AddressSanitizer + UndefinedBehaviorSanitizer, the thread stress
+# test under ThreadSanitizer, and with clang when it is installed (it is not
+# installed for you).
 set -eu
 cd "$(dirname "$0")/.."
 . scripts/deps.sh
 crawl_ensure_deps
 jobs=$(nproc)
-presets="dev asan"
+presets="dev asan tsan"
 if command -v clang >/dev/null 2>&1; then
     presets="$presets clang"
 else
