@@ -531,7 +531,13 @@ static value from_c(vm_state *vm, crawl_ffi_value c, char type, const char *who)
         if (c.L > (unsigned long)FIX_MAX)
             vm_error(vm, "ffi error: result of %s does not fit in an integer", who);
         return FIX((intptr_t)c.L);
-    case 'd': return make_int(vm, (long long)c.d, who);
+    case 'd':
+        /* crawlvm has integers only: truncate, where that is defined (a NaN
+         * or an out-of-range double converted to an integer is not) */
+        if (!(c.d >= (double)FIX_MIN && c.d < (double)FIX_MAX + 1.0))
+            vm_error(vm, "ffi error: result of %s (%g) is not a number in the integer range",
+                     who, c.d);
+        return make_int(vm, (long long)c.d, who);
     case 's': return c.s ? make_string(c.s, strlen(c.s)) : V_NIL;
     default: return make_pointer(vm, c.p);
     }

@@ -196,6 +196,13 @@ static void test_ffi_errors(void **state)
         {"((ffi-fn \"libc.so.6\" \"strlen\" \"z(s)\"))",
          "error: bad arity: native strlen takes 1 argument(s), got 0"},
         {"(ffi-callback 5 \"i(pp)\")", "error: type error: ffi-callback expects a function, got integer"},
+        /* double results: a NaN or a double out of range is no integer */
+        {"((ffi-fn \"libc.so.6\" \"atof\" \"d(s)\") \"nan\")",
+         "error: ffi error: result of atof (nan) is not a number in the integer range"},
+        {"((ffi-fn \"libc.so.6\" \"atof\" \"d(s)\") \"-1e300\")",
+         "error: ffi error: result of atof (-1e+300) is not a number in the integer range"},
+        {"((ffi-fn \"libc.so.6\" \"atof\" \"d(s)\") \"1e19\")",
+         "error: ffi error: result of atof (1e+19) is not a number in the integer range"},
         {"(ffi-callback (lambda () 1) \"x()\")", "error: ffi error: bad signature \"x()\" at position 0"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
@@ -209,6 +216,10 @@ static void test_ffi_errors(void **state)
                                  NULL});
     EXPECT_EXIT(&p, 0);
     assert_string_equal(p.out, "5\n");
+    crawlvm(&p, (const char *[]){"-e", "(print ((ffi-fn \"libc.so.6\" \"atof\" \"d(s)\") \"-2.9\"))",
+                                 NULL});
+    EXPECT_EXIT(&p, 0);
+    assert_string_equal(p.out, "-2\n");                 /* truncated */
 }
 
 static void test_fatal_signal_in_native_code(void **state)
