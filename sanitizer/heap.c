@@ -435,7 +435,10 @@ static void release(const crawl_regs *entry, void *p)
     h->free_stack = stack;
     h->free_tid = san_thread_id();
     size_t csize = chunk_size(h);
-    poison(u, (h->user_size + GRANULE - 1) / GRANULE * GRANULE, SH_FREED);   /* redzone stays */
+    /* the user bytes, and for a 0-byte chunk its first granule (what a
+     * stale pointer to it reads: a use after free, as ASan reports) */
+    size_t freed = h->user_size ? h->user_size : 1;
+    poison(u, (freed + GRANULE - 1) / GRANULE * GRANULE, SH_FREED);   /* redzone stays */
     if (ring_push((quarantined){(char *)p - h->left, csize, h->cls}) == 0)
         quarantine_bytes += csize;
     /* else: out of memory for bookkeeping; the chunk is simply never reused */

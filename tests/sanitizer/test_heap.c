@@ -284,6 +284,11 @@ static void test_zero_size_and_forged_headers(void **state)
     expect_lines((const char *const[]){"heap-buffer-overflow", l, "^allocated by thread T0 here:$",
                                        "^    #0 in make_table prog\\.script:1$", NULL});
     script_free(z);
+    /* the same access after the free is a use after free, as ASan says */
+    assert_int_equal(crawl_heap_check(z, 1, 0), 1);
+    expect_lines((const char *const[]){"ERROR: AddressSanitizer: heap-use-after-free on address",
+                                       "^freed by thread T0 here:$", NULL});
+    before++;
     /* a live chunk whose bytes copy the header of a chunk at p + 64 */
     char *p = crawl_heap_malloc(256);
     char *other = crawl_heap_malloc(8);
