@@ -158,14 +158,19 @@ CMP_BUILTIN(b_numeq, "=", ==)
 
 BUILTIN(b_not) { UNUSED_ARGS; (void)vm; return TRUTHY(argv[0]) ? V_FALSE : V_TRUE; }
 
-/* 1 equal, 0 not, -1 nested deeper than any acyclic data should be */
+/* 1 equal, 0 not, -1 nested deeper than any acyclic data should be, -2
+ * more element comparisons than MAX_EQUAL_STEPS (shared structure compared
+ * with a copy is exponential: two 40-level DAGs of shared halves) */
 #define MAX_EQUAL_DEPTH 10000
-static int equal(value a, value b, int depth)
+#define MAX_EQUAL_STEPS 10000000ul
+static int equal(value a, value b, int depth, unsigned long *steps)
 {
     if (a == b)
         return 1;
     if (depth > MAX_EQUAL_DEPTH)
         return -1;
+    if (++*steps > MAX_EQUAL_STEPS)
+        return -2;
     if (is_type(a, T_STRING) && is_type(b, T_STRING)) {
         vstring *x = (vstring *)a, *y = (vstring *)b;   /* strings may hold NUL bytes */
         return x->len == y->len && memcmp(x->s, y->s, x->len) == 0;
@@ -175,7 +180,7 @@ static int equal(value a, value b, int depth)
         if (x->len != y->len)
             return 0;
         for (uint32_t i = 0; i < x->len; i++) {
-            int e = equal(x->items[i], y->items[i], depth + 1);
+            int e = equal(x->items[i], y->items[i], depth + 1, steps);
             if (e != 1)
                 return e;
         }
@@ -188,10 +193,14 @@ BUILTIN(b_eq) { UNUSED_ARGS; (void)vm; return argv[0] == argv[1] ? V_TRUE : V_FA
 BUILTIN(b_equal)
 {
     UNUSED_ARGS;
-    int e = equal(argv[0], argv[1], 0);
-    if (e < 0)
+    unsigned long steps = 0;
+    int e = equal(argv[0], argv[1], 0, &steps);
+    if (e == -1)
         vm_error(vm, "equal?: vectors nested more than %d deep (do they contain themselves?)",
                  MAX_EQUAL_DEPTH);
+    if (e == -2)
+        vm_error(vm, "equal?: more than %lu element comparisons (shared or cyclic vectors?)",
+                 MAX_EQUAL_STEPS);
     return e ? V_TRUE : V_FALSE;
 }
 

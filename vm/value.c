@@ -60,18 +60,26 @@ const char *type_name(value v)
     return "?";
 }
 
-/* Vectors may contain themselves: printing stops at this depth with "[...]". */
+/* Vectors may contain themselves: printing stops at this depth with "[...]".
+ * They may also share elements (a vector holding another twice, 40 levels
+ * deep, prints 2^40 leaves): printing stops after MAX_PRINT_ELEMENTS values
+ * with "...", so it always ends, in bounded time and space. */
 #define MAX_PRINT_DEPTH 64
+#define MAX_PRINT_ELEMENTS 100000
 
-static int format_at(value v, char *buf, size_t len, int quote, int depth);
+static int format_at(value v, char *buf, size_t len, int quote, int depth, unsigned *left);
 
 int format_value(value v, char *buf, size_t len, int quote)
 {
-    return format_at(v, buf, len, quote, 0);
+    unsigned left = MAX_PRINT_ELEMENTS;
+    return format_at(v, buf, len, quote, 0, &left);
 }
 
-static int format_at(value v, char *buf, size_t len, int quote, int depth)
+static int format_at(value v, char *buf, size_t len, int quote, int depth, unsigned *left)
 {
+    if (*left == 0)
+        return snprintf(buf, len, "...");
+    --*left;
     if (IS_FIX(v))
         return snprintf(buf, len, "%ld", (long)FIXVAL(v));
     switch (v) {
@@ -94,7 +102,11 @@ static int format_at(value v, char *buf, size_t len, int quote, int depth)
         for (uint32_t i = 0; i < vec->len; i++) {
             if (i)
                 n += (size_t)snprintf(REST, " ");
-            n += (size_t)format_at(vec->items[i], REST, 1, depth + 1);
+            if (*left == 0) {
+                n += (size_t)snprintf(REST, "...");
+                break;
+            }
+            n += (size_t)format_at(vec->items[i], REST, 1, depth + 1, left);
         }
         n += (size_t)snprintf(REST, "]");
 #undef REST

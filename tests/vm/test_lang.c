@@ -99,6 +99,32 @@ static void test_strings_and_vectors(void **state)
     expect_error("(vector-ref 5 0)", "error: type error: vector-ref expects a vector, got integer");
 }
 
+/* Shared and cyclic vectors: printing and equal? end, in bounded time. */
+static void test_shared_structure(void **state)
+{
+    (void)state;
+    run_result r;
+    /* a vector that holds itself twice: 2^64 paths to depth 64 */
+    run(vm, "(define v (vector 1 2)) (vector-set! v 0 v) (vector-set! v 1 v) (print v)", &r);
+    assert_int_equal(r.rc, 0);
+    assert_true(strncmp(r.out, "[[[[[[[[", 8) == 0);
+    /* a 40-level DAG, each level holding the one below twice: 2^40 leaves */
+    const char *dag = "(define (dag n) (if (= n 0) (vector) "
+                      "(let ((c (dag (- n 1)))) (vector c c)))) (define d (dag 40)) ";
+    char src[512];
+    snprintf(src, sizeof src, "%s (print d)", dag);
+    run(vm, src, &r);
+    assert_int_equal(r.rc, 0);
+    assert_true(strncmp(r.out, "[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[] []]", 46) == 0);
+    snprintf(src, sizeof src, "%s (print (equal? d d))", dag);
+    expect_out(src, "#t\n");
+    snprintf(src, sizeof src, "%s (print (equal? d (dag 40)))", dag);
+    expect_error(src, "error: equal?: more than 10000000 element comparisons (shared or cyclic "
+                      "vectors?)");
+    snprintf(src, sizeof src, "%s (print (equal? (dag 12) (dag 12)))", dag);
+    expect_out(src, "#t\n");
+}
+
 static void test_buffers(void **state)
 {
     (void)state;
@@ -257,6 +283,7 @@ int main(void)
         cmocka_unit_test(test_definitions_and_scope),
         cmocka_unit_test(test_closures),
         cmocka_unit_test(test_strings_and_vectors),
+        cmocka_unit_test(test_shared_structure),
         cmocka_unit_test(test_buffers),
         cmocka_unit_test(test_errors_and_tracebacks),
         cmocka_unit_test(test_syntax_errors),
