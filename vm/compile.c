@@ -359,11 +359,13 @@ static void compile_let(compiler *c, func *f, const node *n)
     }
     if (binds->nitems > 256)
         cerror(c, n, "more than 256 let bindings");
-    int slots[256];
+    /* add_local gives consecutive slots: no array on the C stack, which
+     * nested lets use once per level */
+    int first = f->nslots;
     for (int i = 0; i < binds->nitems; i++)
-        slots[i] = add_local(c, f, binds->items[i]->items[0]->text, binds->items[i]);
+        add_local(c, f, binds->items[i]->items[0]->text, binds->items[i]);
     for (int i = binds->nitems - 1; i >= 0; i--)
-        emit(f, INS(OP_SETL, slots[i]), -1);
+        emit(f, INS(OP_SETL, (uint32_t)(first + i)), -1);
     compile_body(c, f, n, 2);
     f->nlocals = saved_nlocals;
     f->nslots = saved_nslots;
@@ -505,6 +507,8 @@ static void compile_expr(compiler *c, func *f, const node *n)
     }
     if (n->nitems == 0)
         cerror(c, n, "empty application ()");
+    if (vm_stack_low())
+        cerror(c, n, "expression nested too deeply for the C stack");
     const char *head = sym(n->items[0]);
     int index;
     int special = head && resolve(c, f, head, &index) == R_GLOBAL;

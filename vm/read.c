@@ -190,6 +190,10 @@ static node *read_list(reader *r)
         fail(r, line, col, "nesting deeper than %s levels", "10000");
         return NULL;
     }
+    if (vm_stack_low()) {
+        fail(r, line, col, "expression nested too deeply for the C stack%s", "");
+        return NULL;
+    }
     advance(r);                          /* ( */
     node *list = new_node(N_LIST, line, col);
     for (;;) {

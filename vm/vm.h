@@ -213,4 +213,15 @@ value interp_run(vm_state *vm, uint32_t fn_slot, int argc);
 void segment_enter(vm_state *vm, segment *seg, uint32_t v_base);
 void segment_leave(vm_state *vm, segment *seg);
 
+/* 1 when the calling thread's C stack has less than 256 KiB left: the
+ * reader and the compiler, which recurse once per nesting level, stop there
+ * with an error instead of overflowing (a small `ulimit -s`, or sanitizer
+ * builds whose frames are larger). 0 on an unattached thread. */
+static inline int vm_stack_low(void)
+{
+    uintptr_t lo, hi;
+    return crawl_thread_stack_bounds(&lo, &hi) == 0 &&
+           (uintptr_t)__builtin_frame_address(0) - lo < ((uintptr_t)256 << 10);
+}
+
 #endif

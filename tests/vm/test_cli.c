@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -363,6 +364,82 @@ static void test_examples(void **state)
     }
 }
 
+/* ---- deep nesting under a small C stack ---------------------------------------- */
+
+/* levels nested lets in a file under dir; prints "0 <levels-1>" */
+static void write_nested(const char *path, int levels)
+{
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    for (int i = 0; i < levels; i++)
+        fprintf(f, "(let ((x%d %d)) ", i, i);
+    fprintf(f, "(print x0 x%d)", levels - 1);
+    for (int i = 0; i < levels; i++)
+        fputc(')', f);
+    fclose(f);
+}
+
+/* Run crawlvm on path with a stack of stack_kib (the soft limit a child
+ * inherits). */
+static void run_with_stack(proc *p, const char *path, rlim_t stack_kib)
+{
+    struct rlimit old, small;
+    assert_int_equal(getrlimit(RLIMIT_STACK, &old), 0);
+    small = old;
+    small.rlim_cur = stack_kib << 10;
+    assert_int_equal(setrlimit(RLIMIT_STACK, &small), 0);
+    crawlvm(p, (const char *[]){path, NULL});
+    setrlimit(RLIMIT_STACK, &old);
+}
+
+/* Deep programs run, or end with a clear error and exit 1: never a crash. */
+static void expect_runs_or_refuses(const proc *p, const char *want_out)
+{
+    if (WIFSIGNALED(p->status))
+        fail_msg("crawlvm died of signal %d\nstderr: %s", WTERMSIG(p->status), p->err);
+    if (exit_code(p) == 0)
+        assert_string_equal(p->out, want_out);
+    else
+        EXPECT_IN(p->err, "error: expression nested too deeply for the C stack");
+}
+
+static void test_deep_nesting_small_stack(void **state)
+{
+    (void)state;
+    char dir[] = "/tmp/crawlvm-deep-XXXXXX", path[64];
+    assert_non_null(mkdtemp(dir));
+    snprintf(path, sizeof path, "%s/deep.crawl", dir);
+    proc p;
+    /* 7,000 levels crashed with a 2 MiB stack (1 KiB per level in the compiler) */
+    write_nested(path, 7000);
+    run_with_stack(&p, path, 2048);
+#if !defined(__SANITIZE_ADDRESS__)
+    EXPECT_EXIT(&p, 0);                  /* sanitizer frames are larger: it may refuse */
+#endif
+    expect_runs_or_refuses(&p, "0 6999\n");
+    /* near the 10,000-level limit: 2 MiB is too little, a clear error */
+    write_nested(path, 9990);
+    run_with_stack(&p, path, 2048);
+    EXPECT_EXIT(&p, 1);
+    EXPECT_IN(p.err, "error: expression nested too deeply for the C stack");
+    run_with_stack(&p, path, 8192);
+#if !defined(__SANITIZE_ADDRESS__)
+    EXPECT_EXIT(&p, 0);
+#endif
+    expect_runs_or_refuses(&p, "0 9989\n");
+    /* past the limit: the reader's syntax error */
+    write_nested(path, 20000);
+    run_with_stack(&p, path, 8192);
+    EXPECT_EXIT(&p, 1);
+#if !defined(__SANITIZE_ADDRESS__)
+    EXPECT_IN(p.err, "syntax error: nesting deeper than 10000 levels");
+#else
+    EXPECT_IN(p.err, "syntax error: ");   /* the stack may run low first */
+#endif
+    unlink(path);
+    rmdir(dir);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -377,6 +454,7 @@ int main(void)
         cmocka_unit_test(test_sanitize_use_after_free),
         cmocka_unit_test(test_callback_limits),
         cmocka_unit_test(test_sanitize_overflow_and_go_on),
+        cmocka_unit_test(test_deep_nesting_small_stack),
     };
     return cmocka_run_group_tests_name("crawlvm-cli", tests, NULL, NULL);
 }
