@@ -25,18 +25,7 @@ static void keep_report(const char *text, void *ctx)
 /* The lines of the last report matching each pattern, in order. */
 static void expect_lines(const char *const *patterns)
 {
-    const char *at = last;
-    for (int i = 0; patterns[i]; i++) {
-        regex_t re;
-        regmatch_t m;
-        if (regcomp(&re, patterns[i], REG_EXTENDED | REG_NEWLINE) != 0)
-            fail_msg("bad regex %s", patterns[i]);
-        int rc = regexec(&re, at, 1, &m, 0);
-        regfree(&re);
-        if (rc != 0)
-            fail_msg("/%s/ not found (in order) in the report:\n%s", patterns[i], last);
-        at += m.rm_eo;
-    }
+    t_expect_lines(last, patterns);
 }
 
 static char hex[64];
