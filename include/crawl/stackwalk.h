@@ -95,7 +95,10 @@ enum {
 };
 
 /* Walk the calling thread from the function that called crawl_walk (the
- * first frame reported; none of crawl's own frames are). */
+ * first frame reported; none of crawl's own frames are). The callback must
+ * return (CRAWL_ABORT to stop early): a walk left by longjmp stays counted
+ * as running, and code-table memory replaced after a dlclose is then never
+ * freed. */
 CRAWL_API crawl_walk_status crawl_walk(crawl_walk_fn fn, void *ctx, unsigned flags);
 
 /* Walk the calling thread from a saved context, typically the third
