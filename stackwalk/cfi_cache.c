@@ -27,45 +27,6 @@ static atomic_ulong misses, fallbacks;  /* hits are counted per thread: no share
 
 /* ---- compiling a module (normal context, under modules.c's lock) ---------- */
 
-static Dwfl *session;
-static char *debuginfo_path;
-static const Dwfl_Callbacks callbacks = {
-    .find_elf = dwfl_linux_proc_find_elf,
-    .find_debuginfo = dwfl_standard_find_debuginfo,
-    .debuginfo_path = &debuginfo_path,
-};
-
-static void session_end(void)
-{
-    if (session)
-        dwfl_end(session);
-    session = NULL;
-}
-
-void sw_rules_forget_modules(void)
-{
-    session_end();
-}
-
-/* The module of addr in a session over /proc/self/maps, rebuilt once if addr
- * was loaded after the session was built. */
-static Dwfl_Module *dwfl_module_of(uintptr_t addr)
-{
-    for (int attempt = 0; attempt < 2; attempt++) {
-        if (!session && (session = dwfl_begin(&callbacks)) != NULL) {
-            dwfl_report_begin(session);
-            if (dwfl_linux_proc_report(session, getpid()) != 0 ||
-                dwfl_report_end(session, NULL, NULL) != 0)
-                session_end();
-        }
-        Dwfl_Module *m = session ? dwfl_addrmodule(session, addr) : NULL;
-        if (m)
-            return m;
-        session_end();
-    }
-    return NULL;
-}
-
 /* "CFA + constant" as libdw spells it: call_frame_cfa, then plus_uconst. */
 static int cfa_offset(const Dwarf_Op *ops, size_t n, int64_t *off)
 {
@@ -179,28 +140,17 @@ static int fde_table(uintptr_t hdr, const int32_t **table, size_t *count)
     return 0;
 }
 
-sw_rules *sw_rules_compile(const sw_module *m)
+/* Every FDE's rows into r (under sw_dwfl_lock: cfi lives in the session). */
+static void compile_fdes(const sw_module *m, const int32_t *tab, size_t nfde, Dwarf_CFI *cfi,
+                         Dwarf_Addr bias, table_builder *b)
 {
-    const int32_t *tab;
-    size_t nfde;
-    if (!m->eh_frame_hdr || fde_table(m->eh_frame_hdr, &tab, &nfde) != 0 || nfde == 0)
-        return NULL;
-    Dwfl_Module *dm = dwfl_module_of(m->eh_frame_hdr + (uintptr_t)(intptr_t)tab[0]);
-    Dwarf_Addr bias;
-    Dwarf_CFI *cfi = dm ? dwfl_module_eh_cfi(dm, &bias) : NULL;
-    sw_rules *r = calloc(1, sizeof *r);
-    if (!cfi || !r) {
-        free(r);
-        return NULL;
-    }
-    table_builder b = {.r = r};
     uint64_t other = sw_rule_make(SW_RULE_OTHER, 0, 0, 0);
-    for (size_t i = 0; i < nfde && !b.failed; i++) {
+    for (size_t i = 0; i < nfde && !b->failed; i++) {
         uintptr_t start = m->eh_frame_hdr + (uintptr_t)(intptr_t)tab[2 * i];
         uintptr_t limit = i + 1 < nfde ? m->eh_frame_hdr + (uintptr_t)(intptr_t)tab[2 * i + 2]
                                        : UINTPTR_MAX;
         uintptr_t addr = start;
-        while (addr < limit && !b.failed) {
+        while (addr < limit && !b->failed) {
             Dwarf_Frame *frame = NULL;
             Dwarf_Addr lo, hi;
             bool sig;
@@ -210,14 +160,33 @@ sw_rules *sw_rules_compile(const sw_module *m)
                 free(frame);
                 break;
             }
-            put(&b, addr - m->bias, frame_rule(frame, sig));
+            put(b, addr - m->bias, frame_rule(frame, sig));
             free(frame);
             addr = hi + bias;
         }
         if (addr < limit)
-            put(&b, addr - m->bias, other);   /* no FDE until the next one */
+            put(b, addr - m->bias, other);   /* no FDE until the next one */
     }
-    if (b.failed || r->n == 0) {
+}
+
+sw_rules *sw_rules_compile(const sw_module *m)
+{
+    const int32_t *tab;
+    size_t nfde;
+    if (!m->eh_frame_hdr || fde_table(m->eh_frame_hdr, &tab, &nfde) != 0 || nfde == 0)
+        return NULL;
+    sw_rules *r = calloc(1, sizeof *r);
+    if (!r)
+        return NULL;
+    table_builder b = {.r = r};
+    sw_dwfl_lock();
+    Dwfl_Module *dm = sw_dwfl_module(m->eh_frame_hdr + (uintptr_t)(intptr_t)tab[0]);
+    Dwarf_Addr bias;
+    Dwarf_CFI *cfi = dm ? dwfl_module_eh_cfi(dm, &bias) : NULL;
+    if (cfi)
+        compile_fdes(m, tab, nfde, cfi, bias, &b);
+    sw_dwfl_unlock();
+    if (!cfi || b.failed || r->n == 0) {
         sw_rules_free(r);
         return NULL;
     }
@@ -287,13 +256,13 @@ void sw_cfi_count_fallback(void)
 
 static void add_hits(crawl__thread *th, void *sum)
 {
-    *(unsigned long *)sum += __atomic_load_n(&th->cfi_hits, __ATOMIC_RELAXED);
+    *(unsigned long *)sum += __atomic_load_n(&th->counts[SW_COUNT_CFI_HITS], __ATOMIC_RELAXED);
 }
 
 void crawl_cfi_cache_stats(unsigned long *hit, unsigned long *miss, unsigned long *fallback)
 {
     if (hit) {
-        unsigned long sum = atomic_load(&crawl__exited_cfi_hits);
+        unsigned long sum = atomic_load(&crawl__exited_counts[SW_COUNT_CFI_HITS]);
         crawl__threads_foreach(add_hits, &sum);   /* approximate while others walk */
         *hit = sum;
     }

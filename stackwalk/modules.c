@@ -331,7 +331,7 @@ static int rebuild(void)
     }
     for (sw_module *m = modules; m; m = m->next)
         m->seen = 0;
-    sw_rules_forget_modules();           /* libdwfl's view of the old module list */
+    sw_dwfl_forget();                    /* libdwfl's view of the old module list */
     building b = {0};
     dl_iterate_phdr(collect_segments, &b);
     sw_snapshot *s = b.failed ? NULL : malloc(sizeof *s + b.n * sizeof s->seg[0]);
@@ -378,10 +378,19 @@ static int rebuild(void)
 
 /* fork(): the child has only the forking thread; a builder that held the
  * lock, or walks counted in readers, existed only in the parent. */
-static void fork_prepare(void) { pthread_mutex_lock(&build_lock); }
-static void fork_parent(void) { pthread_mutex_unlock(&build_lock); }
+static void fork_prepare(void)
+{
+    pthread_mutex_lock(&build_lock);
+    sw_dwfl_fork(0);                     /* the lock order: build_lock, then libdwfl's */
+}
+static void fork_parent(void)
+{
+    sw_dwfl_fork(1);
+    pthread_mutex_unlock(&build_lock);
+}
 static void fork_child(void)
 {
+    sw_dwfl_fork(1);
     pthread_mutex_unlock(&build_lock);
 }
 

@@ -1,79 +1,12 @@
-/* Symbolization through elfutils libdwfl: function, file:line, module.
- *
- * One Dwfl session for the process, built on first use from
- * /proc/self/maps and rebuilt when a pc falls outside every known module
- * (code loaded with dlopen since). Serialized by a mutex: libdwfl sessions
- * are not thread-safe. */
+/* Symbolization through elfutils libdwfl: function, file:line, module,
+ * from the process's one session (dwfl.c), under its lock. */
 #include <elfutils/libdw.h>
 #include <elfutils/libdwfl.h>
 #include <errno.h>
-#include <pthread.h>
 #include <stdio.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "stackwalk/internal.h"
-
-static pthread_mutex_t sym_lock = PTHREAD_MUTEX_INITIALIZER;
-static Dwfl *session;
-
-/* fork(): no other thread of the parent may leave sym_lock held in the child. */
-static void fork_prepare(void) { pthread_mutex_lock(&sym_lock); }
-static void fork_release(void) { pthread_mutex_unlock(&sym_lock); }
-
-__attribute__((constructor)) static void register_fork_handlers(void)
-{
-    pthread_atfork(fork_prepare, fork_release, fork_release);
-}
-
-static char *debuginfo_path;
-static const Dwfl_Callbacks callbacks = {
-    .find_elf = dwfl_linux_proc_find_elf,
-    .find_debuginfo = dwfl_standard_find_debuginfo,
-    .debuginfo_path = &debuginfo_path,
-};
-
-static Dwfl *open_session(void)
-{
-    Dwfl *d = dwfl_begin(&callbacks);
-    if (!d)
-        return NULL;
-    dwfl_report_begin(d);
-    if (dwfl_linux_proc_report(d, getpid()) != 0 || dwfl_report_end(d, NULL, NULL) != 0) {
-        dwfl_end(d);
-        return NULL;
-    }
-    return d;
-}
-
-/* libdwfl's dwfl_addrmodule answers with a nearby module for an address in
- * none (the stack, an anonymous mapping, far past a library): the address
- * must lie inside the module's mapped range. No loader lock is taken here
- * (dl_iterate_phdr would deadlock a fork child whose parent had another
- * thread inside it). */
-static Dwfl_Module *module_holding(uintptr_t pc)
-{
-    Dwfl_Module *m = session ? dwfl_addrmodule(session, pc) : NULL;
-    Dwarf_Addr low = 0, high = 0;
-    if (m && dwfl_module_info(m, NULL, &low, &high, NULL, NULL, NULL, NULL) &&
-        pc >= low && pc < high)
-        return m;
-    return NULL;
-}
-
-static Dwfl_Module *find_module(uintptr_t pc)
-{
-    if (!session)
-        session = open_session();
-    Dwfl_Module *m = module_holding(pc);
-    if (!m) {                            /* loaded since the session was built? */
-        if (session)
-            dwfl_end(session);
-        session = open_session();
-        m = module_holding(pc);
-    }
-    return m;
-}
 
 /* The line-table row for pc. libdw finds the compile unit through
  * .debug_aranges, which clang does not emit by default: without it, scan
@@ -119,10 +52,10 @@ static char *stash(const char *s, char *buf, size_t len, size_t *used, int *full
 int crawl_symbolize(uintptr_t pc, crawl_symbol *out, char *buf, size_t len)
 {
     memset(out, 0, sizeof *out);
-    pthread_mutex_lock(&sym_lock);
-    Dwfl_Module *m = find_module(pc);
+    sw_dwfl_lock();
+    Dwfl_Module *m = sw_dwfl_module(pc);
     if (!m) {
-        pthread_mutex_unlock(&sym_lock);
+        sw_dwfl_unlock();
         return -ENOENT;
     }
     size_t used = 0;
@@ -149,6 +82,6 @@ int crawl_symbolize(uintptr_t pc, crawl_symbol *out, char *buf, size_t len)
             out->column = col;
         }
     }
-    pthread_mutex_unlock(&sym_lock);
+    sw_dwfl_unlock();
     return full ? -ENOSPC : 0;
 }

@@ -1,0 +1,91 @@
+/* The process's one libdwfl session, shared by symbolization (symbolize.c)
+ * and the CFI compiler (cfi_cache.c).
+ *
+ * Built on first use from /proc/self/maps; ended when the module snapshot
+ * sees a load or unload (modules.c), and rebuilt once when a pc lies in no
+ * module it knows (code loaded since). libdwfl sessions are not thread-safe,
+ * and what a caller gets from one (a module, its CFI) lives only as long as
+ * the session: callers hold sw_dwfl_lock across their whole use.
+ *
+ * Lock order: modules.c's build_lock, then this one. fork() takes both in
+ * that order (modules.c's fork handlers call sw_dwfl_fork). */
+#include <elfutils/libdwfl.h>
+#include <pthread.h>
+#include <unistd.h>
+
+#include "stackwalk/internal.h"
+
+static pthread_mutex_t dwfl_lock = PTHREAD_MUTEX_INITIALIZER;
+static Dwfl *session;
+static char *debuginfo_path;
+static const Dwfl_Callbacks callbacks = {
+    .find_elf = dwfl_linux_proc_find_elf,
+    .find_debuginfo = dwfl_standard_find_debuginfo,
+    .debuginfo_path = &debuginfo_path,
+};
+
+void sw_dwfl_lock(void) { pthread_mutex_lock(&dwfl_lock); }
+void sw_dwfl_unlock(void) { pthread_mutex_unlock(&dwfl_lock); }
+
+void sw_dwfl_fork(int phase)
+{
+    if (phase == 0)
+        pthread_mutex_lock(&dwfl_lock);
+    else
+        pthread_mutex_unlock(&dwfl_lock);
+}
+
+static void session_end(void)
+{
+    if (session)
+        dwfl_end(session);
+    session = NULL;
+}
+
+void sw_dwfl_forget(void)
+{
+    pthread_mutex_lock(&dwfl_lock);
+    session_end();
+    pthread_mutex_unlock(&dwfl_lock);
+}
+
+static Dwfl *session_open(void)
+{
+    Dwfl *d = dwfl_begin(&callbacks);
+    if (!d)
+        return NULL;
+    dwfl_report_begin(d);
+    if (dwfl_linux_proc_report(d, getpid()) != 0 || dwfl_report_end(d, NULL, NULL) != 0) {
+        dwfl_end(d);
+        return NULL;
+    }
+    return d;
+}
+
+/* libdwfl's dwfl_addrmodule answers with a nearby module for an address in
+ * none (the stack, an anonymous mapping, far past a library): the address
+ * must lie inside the module's mapped range. */
+static Dwfl_Module *module_holding(uintptr_t pc)
+{
+    Dwfl_Module *m = session ? dwfl_addrmodule(session, pc) : NULL;
+    Dwarf_Addr low = 0, high = 0;
+    if (m && dwfl_module_info(m, NULL, &low, &high, NULL, NULL, NULL, NULL) && pc >= low &&
+        pc < high)
+        return m;
+    return NULL;
+}
+
+/* No loader lock is taken here (dl_iterate_phdr would deadlock a fork child
+ * whose parent had another thread inside it). */
+Dwfl_Module *sw_dwfl_module(uintptr_t pc)
+{
+    if (!session)
+        session = session_open();
+    Dwfl_Module *m = module_holding(pc);
+    if (!m) {                            /* loaded since the session was built? */
+        session_end();
+        session = session_open();
+        m = module_holding(pc);
+    }
+    return m;
+}
