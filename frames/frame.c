@@ -129,8 +129,9 @@ void crawl_frame_push(crawl_frame *f, const crawl_frame_type *type)
  * a Frame popped by mistake may be garbage. */
 static const char *checked_name(const crawl__thread *th, const crawl_frame *f)
 {
-    if (!f || ((uintptr_t)f & (sizeof(void *) - 1)) ||
-        !crawl__on_stack(th, (uintptr_t)f, sizeof *f) || !crawl__type_known(f->type))
+    crawl__bounds b;
+    crawl__thread_bounds(th, 1, &b);
+    if (!f || !crawl__frame_ok(f, &b))
         return "?";
     return crawl__type_name(f->type);
 }
@@ -209,4 +210,19 @@ void crawl__transition_link(crawl_transition *t, const crawl_frame_type *type)
                      "regs_offset == offsetof(crawl_transition, regs)",
                      crawl__type_name(type));
     crawl_frame_push(&t->frame, type);
+}
+
+static int inside(uintptr_t a, size_t size, uintptr_t lo, uintptr_t hi)
+{
+    return hi - lo >= size && a >= lo && a - lo <= hi - lo - size;
+}
+
+int crawl__frame_ok(const crawl_frame *f, const crawl__bounds *b)
+{
+    uintptr_t a = (uintptr_t)f;
+    if (a & (sizeof(void *) - 1))
+        return 0;
+    if (!inside(a, sizeof *f, b->lo, b->hi) && !inside(a, sizeof *f, b->alo, b->ahi))
+        return 0;
+    return crawl__type_known(f->type);
 }

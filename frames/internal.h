@@ -6,6 +6,8 @@
 #include <stdatomic.h>
 #include <sys/types.h>
 
+#define CRAWL__THREAD_COUNTS 1
+
 /* Per-thread state. initial-exec TLS: reading it never allocates or takes
  * the loader lock, so signal handlers can use it. */
 typedef struct crawl__thread {
@@ -18,7 +20,10 @@ typedef struct crawl__thread {
     unsigned type_victim;
     pid_t tid;
     unsigned seq;                       /* 0, 1, 2... in attach order ("T0" in reports) */
-    unsigned long cfi_hits;             /* precise steps served by the CFI cache */
+    /* Event counters the layers above own (indices and meaning in their
+     * headers: stackwalk's SW_COUNT_*). Only the thread writes its own;
+     * frames adds them to crawl__exited_counts when the thread leaves. */
+    unsigned long counts[CRAWL__THREAD_COUNTS];
     /* Walks in progress on this thread (handlers may nest): readers of
      * stackwalk's shared tables, which are freed only when every attached
      * thread's count is 0 (see stackwalk/modules.c). */
@@ -37,8 +42,8 @@ void crawl__threads_foreach(void (*fn)(crawl__thread *th, void *ctx), void *ctx)
  * detach). */
 void crawl__threads_foreach_locked(void (*fn)(crawl__thread *th, void *ctx), void *ctx);
 
-/* CFI-cache hits of threads that have exited (their counters are gone). */
-extern atomic_ulong crawl__exited_cfi_hits;
+/* The counts of threads that have exited or detached (their records are gone). */
+extern atomic_ulong crawl__exited_counts[CRAWL__THREAD_COUNTS];
 
 /* Attach the calling thread if needed; 0 or a negative errno. */
 int crawl__ensure_attached(crawl__thread *th);
@@ -53,6 +58,23 @@ void crawl__write_all(int fd, const void *s, size_t n);
 /* The alternate signal stack the thread runs on now, as [*lo, *hi); 0 if
  * none. Async-signal-safe (one sigaltstack(2) call). */
 int crawl__current_altstack(uintptr_t *lo, uintptr_t *hi);
+
+/* Where a thread's Frames may lie: its stack [lo, hi), and the signal
+ * stack [alo, ahi) (empty when alo == ahi). */
+typedef struct crawl__bounds {
+    uintptr_t lo, hi, alo, ahi;
+} crawl__bounds;
+
+/* th's bounds. self: th is the calling thread, and the signal stack is the
+ * one it runs on now (one sigaltstack(2) call); otherwise the signal stack
+ * its last Frame push there recorded. Async-signal-safe. */
+void crawl__thread_bounds(const crawl__thread *th, int self, crawl__bounds *b);
+
+/* The one check before a Frame pointer read from a chain is followed: it is
+ * pointer-aligned, lies whole inside b, and has a type crawl_frame_push has
+ * seen. A corrupt chain then ends a walk or an enumeration, never faults.
+ * Async-signal-safe; reads only f->type. */
+int crawl__frame_ok(const crawl_frame *f, const crawl__bounds *b);
 
 /* Frame types seen by crawl_frame_push, so a walk can refuse a Frame whose
  * type pointer is garbage without dereferencing it. Lock-free. */

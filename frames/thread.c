@@ -15,7 +15,7 @@ static pthread_mutex_t registry_lock = PTHREAD_MUTEX_INITIALIZER;
 static crawl__thread *registry_head;
 static pthread_key_t exit_key;
 static atomic_uint next_seq;
-atomic_ulong crawl__exited_cfi_hits;    /* and detached */
+atomic_ulong crawl__exited_counts[CRAWL__THREAD_COUNTS];    /* and detached */
 static pthread_once_t exit_key_once = PTHREAD_ONCE_INIT;
 
 /* The registry is changed under registry_lock, one atomic pointer store at
@@ -57,7 +57,9 @@ static void leave_registry(crawl__thread *th)
 {
     pthread_mutex_lock(&registry_lock);
     registry_unlink(th);
-    atomic_fetch_add(&crawl__exited_cfi_hits, __atomic_exchange_n(&th->cfi_hits, 0, __ATOMIC_RELAXED));
+    for (int i = 0; i < CRAWL__THREAD_COUNTS; i++)
+        atomic_fetch_add(&crawl__exited_counts[i],
+                         __atomic_exchange_n(&th->counts[i], 0, __ATOMIC_RELAXED));
     pthread_mutex_unlock(&registry_lock);
 }
 
@@ -191,4 +193,17 @@ int crawl__on_stack(const crawl__thread *th, uintptr_t addr, size_t size)
         return 1;
     uintptr_t lo, hi;
     return crawl__current_altstack(&lo, &hi) && addr >= lo && addr + size <= hi;
+}
+
+void crawl__thread_bounds(const crawl__thread *th, int self, crawl__bounds *b)
+{
+    b->lo = th->stack_lo;
+    b->hi = th->stack_hi;
+    b->alo = b->ahi = 0;
+    if (!self) {
+        b->alo = th->alt_lo;
+        b->ahi = th->alt_hi;
+    } else if (!crawl__current_altstack(&b->alo, &b->ahi)) {
+        b->alo = b->ahi = 0;
+    }
 }

@@ -22,20 +22,6 @@ typedef struct enum_state {
     int failed;
 } enum_state;
 
-/* A Frame is followed only if it lies on its thread's stack (or, for the
- * calling thread, on the signal stack in use), is aligned, and has a type
- * that was pushed: a corrupt chain fails the enumeration, never crashes it. */
-static int frame_ok(const crawl__thread *th, const crawl_frame *f, int self)
-{
-    uintptr_t a = (uintptr_t)f;
-    if (a & (sizeof(void *) - 1))
-        return 0;
-    int on_stack = self ? crawl__on_stack(th, a, sizeof *f)
-                        : (a >= th->stack_lo && a + sizeof *f <= th->stack_hi) ||
-                              (a >= th->alt_lo && a + sizeof *f <= th->alt_hi);
-    return on_stack && crawl__type_known(f->type);
-}
-
 static void enum_thread(crawl__thread *th, void *arg)
 {
     enum_state *st = arg;
@@ -43,8 +29,21 @@ static void enum_thread(crawl__thread *th, void *arg)
     crawl_cf cf = {.kind = CRAWL_CF_FRAME};
     crawl_roots sink = {st->fn, st->ctx, &cf};
     unsigned left = th->nframes, depth = 0;
+    /* The calling thread's signal stack is asked for (a system call) only
+     * when a Frame is not on its stack. */
+    crawl__bounds b = {th->stack_lo, th->stack_hi, self ? 0 : th->alt_lo, self ? 0 : th->alt_hi};
+    int asked = !self;
     for (crawl_frame *f = th->top; f; f = f->next, depth++) {
-        if (left-- == 0 || !frame_ok(th, f, self)) {
+        int ok = left-- > 0;
+        if (ok && !crawl__frame_ok(f, &b)) {
+            ok = !asked;
+            if (ok) {
+                crawl__thread_bounds(th, 1, &b);
+                asked = 1;
+                ok = crawl__frame_ok(f, &b);
+            }
+        }
+        if (!ok) {
             st->failed = 1;
             return;
         }

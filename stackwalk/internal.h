@@ -10,6 +10,11 @@
 
 #include "frames/internal.h"
 
+/* stackwalk's slots in crawl__thread.counts: precise steps the CFI rule
+ * cache served (crawl_cfi_cache_stats' hits). */
+enum { SW_COUNT_CFI_HITS = 0 };
+_Static_assert(SW_COUNT_CFI_HITS < CRAWL__THREAD_COUNTS, "frames keeps too few counts");
+
 /* ---- code ranges (code_range.c) ----------------------------------------- */
 typedef struct sw_range_table {
     size_t n;
@@ -99,8 +104,19 @@ int sw_modules_warm(void);
  * modules.c's lock); NULL if it has none. */
 sw_rules *sw_rules_compile(const sw_module *m);
 void sw_rules_free(sw_rules *r);
-/* The module list changed: forget what was read of the old one. */
-void sw_rules_forget_modules(void);
+
+/* ---- the libdwfl session (dwfl.c), for symbolize.c and cfi_cache.c ------ */
+typedef struct Dwfl_Module Dwfl_Module;
+/* Hold the lock across every use of the session and what it returns. */
+void sw_dwfl_lock(void);
+void sw_dwfl_unlock(void);
+/* The module whose mapped range holds pc (the session is built, or rebuilt
+ * once, as needed), or NULL. Under the lock. */
+Dwfl_Module *sw_dwfl_module(uintptr_t pc);
+/* The loaded modules changed: end the session (takes the lock). */
+void sw_dwfl_forget(void);
+/* fork: phase 0 takes the lock (after modules.c's), 1 releases it. */
+void sw_dwfl_fork(int phase);
 
 static inline const sw_seg *sw_seg_find(const sw_snapshot *s, uintptr_t pc)
 {
@@ -124,7 +140,7 @@ static inline const sw_seg *sw_seg_find(const sw_snapshot *s, uintptr_t pc)
 uint64_t sw_rule_lookup(const sw_snapshot *s, uintptr_t key, int signal_safe);
 void sw_cfi_count_fallback(void);
 
-/* ---- the native cursor (unwind_fp.c, unwind_dwarf.c) -------------------- */
+/* ---- the native cursor (cursor.c, step.c, unwind_dwarf.c) -------------- */
 /* SW_ASK: the inline steps cannot decide; sw_step (the slow path) will. */
 enum { SW_OK = 0, SW_END = 1, SW_STOP = 2, SW_CORRUPT = 3, SW_ASK = 4 };
 
@@ -168,7 +184,7 @@ void sw_cursor_reset(sw_cursor *c, const crawl_regs *regs, unsigned exact);
  * inconsistent. */
 int sw_step(sw_cursor *c);
 int sw_step_dwarf(sw_cursor *c);
-int sw_step_rule(sw_cursor *c, const crawl_code_range *r);
+int sw_step_range(sw_cursor *c, const crawl_code_range *r);
 
 /* [a, a+size) inside the thread's stack or the signal stack in use. One
  * unsigned comparison per region: a below lo wraps to a huge offset. */
@@ -198,7 +214,7 @@ static inline int sw_progress(const sw_cursor *c, uintptr_t old_sp, uintptr_t ne
     return sw_key(c, new_sp) > sw_key(c, old_sp);
 }
 
-/* sw_is_code's search, out of line to keep walk loops small (unwind_fp.c). */
+/* sw_is_code's search, out of line to keep walk loops small (step.c). */
 int sw_is_code_slow(const sw_snapshot *snap, const sw_range_table *ranges, sw_hint *hint,
                     uintptr_t pc);
 
@@ -217,7 +233,7 @@ static inline __attribute__((always_inline)) int sw_is_code(const sw_cursor *c, 
 /* One frame-pointer step on (ip, sp, fp): SW_OK, SW_END (fp leaves the
  * stack, or a zero return address), SW_CORRUPT (fp misaligned or not older
  * than sp). Inline because the fast walk's loop is built around it. */
-static inline int sw_fp_step(const sw_cursor *c, uintptr_t *ip, uintptr_t *sp, uintptr_t *fp)
+static inline int sw_fp_next(const sw_cursor *c, uintptr_t *ip, uintptr_t *sp, uintptr_t *fp)
 {
     uintptr_t f = *fp;
     if (!sw_in_stack(c, f, 2 * sizeof(uintptr_t)))
@@ -249,7 +265,7 @@ static inline __attribute__((always_inline)) uint64_t sw_rule_get(const sw_curso
     return sw_rule_lookup(c->snap, key, c->signal_safe);
 }
 
-/* Apply rule to (ip, sp, fp), as sw_fp_step does by frame pointers:
+/* Apply rule to (ip, sp, fp), as sw_fp_next does by frame pointers:
  * SW_OK, SW_END, SW_CORRUPT, or SW_ASK (no rule this walk may apply). The
  * caller found is not checked to be code. */
 static inline __attribute__((always_inline)) int sw_rule_apply(const sw_cursor *c, uint64_t rule,
@@ -294,7 +310,7 @@ static inline int sw_not_code(const sw_cursor *c)
 
 /* One step on (ip, sp, fp) by the compiled CFI rule: sw_rule_apply, and the
  * caller found must be code (SW_STOP or SW_ASK otherwise). */
-static inline __attribute__((always_inline)) int sw_cfi_step(const sw_cursor *c, sw_hint *hint,
+static inline __attribute__((always_inline)) int sw_cfi_next(const sw_cursor *c, sw_hint *hint,
                                                              unsigned long *hits, uintptr_t *ip,
                                                              uintptr_t *sp, uintptr_t *fp,
                                                              int exact)

@@ -43,9 +43,8 @@ static void emit(walk *w, crawl_cf *cf)
 
 static int frame_valid(const walk *w, const crawl_frame *f)
 {
-    uintptr_t a = (uintptr_t)f;
-    return w->frames_left > 0 && !(a & (sizeof(void *) - 1)) &&
-           sw_in_stack(&w->cur, a, sizeof *f) && crawl__type_known(f->type);
+    crawl__bounds b = {w->cur.lo, w->cur.hi, w->cur.alo, w->cur.ahi};
+    return w->frames_left > 0 && crawl__frame_ok(f, &b);
 }
 
 static const crawl_regs *frame_regs(const walk *w, const crawl_frame *f)
@@ -221,14 +220,14 @@ static __attribute__((noinline)) int fast_ask_cfi(const sw_cursor *c, sw_hint *h
                                                   int fp_st)
 {
     uintptr_t cip = *ip, csp = *sp, cfp = *fp;
-    int st = sw_cfi_step(c, hint, hits, &cip, &csp, &cfp, exact);
+    int st = sw_cfi_next(c, hint, hits, &cip, &csp, &cfp, exact);
     if (st == SW_OK || st == SW_END || st == SW_CORRUPT) {
         if (st == SW_OK)
             *ip = cip, *sp = csp, *fp = cfp;
         return st;
     }
     if (fp_st == SW_ASK)
-        fp_st = sw_fp_step(c, &nip, &nsp, &nfp);
+        fp_st = sw_fp_next(c, &nip, &nsp, &nfp);
     if (fp_st != SW_OK || !sw_is_code(c, hint, nip, 0))
         return SW_ASK;
     *ip = nip, *sp = nsp, *fp = nfp;
@@ -276,7 +275,7 @@ static inline __attribute__((always_inline)) int batch_step(const sw_cursor *c,
     uintptr_t nip = *ip, nsp = *sp, nfp = *fp;
     if (__builtin_expect(exact, 0))
         return fast_ask_cfi(real, hint, hits, ip, sp, fp, exact, nip, nsp, nfp, SW_ASK);
-    int st = sw_fp_step(c, &nip, &nsp, &nfp);
+    int st = sw_fp_next(c, &nip, &nsp, &nfp);
     if (__builtin_expect(st != SW_OK, 0))  /* the chain ends or is junk: ask the CFI */
         return fast_ask_cfi(real, hint, hits, ip, sp, fp, 0, nip, nsp, nfp, st);
     if (__builtin_expect(next_key < sw_key(c, nsp) || !sw_is_code(c, hint, nip, 0), 0))
@@ -494,7 +493,8 @@ static crawl_walk_status run_walk(walk *wp, const crawl_regs *regs, unsigned exa
         }
     }
     if (w->cur.hits)
-        __atomic_store_n(&th->cfi_hits, th->cfi_hits + w->cur.hits, __ATOMIC_RELAXED);
+        __atomic_store_n(&th->counts[SW_COUNT_CFI_HITS], th->counts[SW_COUNT_CFI_HITS] + w->cur.hits,
+                         __ATOMIC_RELAXED);
     sw_snap_exit(th);
     sw_ranges_exit(held);
     if (w->aborted)
