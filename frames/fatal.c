@@ -6,18 +6,6 @@
 
 #include "frames/internal.h"
 
-void crawl__write_all(int fd, const void *s, size_t n)
-{
-    const char *p = s;
-    while (n) {
-        ssize_t w = write(fd, p, n);
-        if (w <= 0)
-            return;
-        p += w;
-        n -= (size_t)w;
-    }
-}
-
 _Noreturn void crawl__fatal(const char *fmt, ...)
 {
     char buf[512];
@@ -31,11 +19,4 @@ _Noreturn void crawl__fatal(const char *fmt, ...)
     buf[n++] = '\n';
     crawl__write_all(STDERR_FILENO, buf, (size_t)n);
     abort();
-}
-
-const char *crawl__type_name(const crawl_frame_type *type)
-{
-    if (!type)
-        return "(null type)";
-    return type->name ? type->name : "(unnamed)";
 }

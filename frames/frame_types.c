@@ -41,3 +41,10 @@ const crawl_frame_type crawl_entry_type = {
     .describe = entry_describe,
     .kind = CRAWL_FRAME_KIND_ENTRY,
 };
+
+const char *crawl__type_name(const crawl_frame_type *type)
+{
+    if (!type)
+        return "(null type)";
+    return type->name ? type->name : "(unnamed)";
+}

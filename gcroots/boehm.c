@@ -9,7 +9,7 @@
  * go through GC_push_all_eager: GC_push_all would take one mark-stack entry
  * per range and abort the process when thousands of activations overflow
  * it ("Unexpected mark stack overflow"). */
-#include <crawl/gcroots.h>
+#include <crawl/boehm.h>
 #include <gc/gc.h>
 #include <gc/gc_mark.h>
 #include <stdlib.h>

@@ -9,7 +9,7 @@ set -eu
 cd "$(dirname "$0")/.."
 . scripts/deps.sh
 crawl_ensure_deps
-cmake --preset dev -DCRAWL_BUILD_TESTS=OFF -DCRAWL_BUILD_BENCH=OFF >/dev/null
+cmake --preset dev >/dev/null
 cmake --build build/dev --target crawlvm -j"$(nproc)" >/dev/null
 echo "$ crawlvm --native --gc-stats examples/qsort.crawl"
 exec build/dev/crawlvm --native --gc-stats examples/qsort.crawl

@@ -319,7 +319,7 @@ static int read_counters(struct dl_phdr_info *info, size_t size, void *arg)
 }
 
 /* Build and publish a snapshot if the loaded modules changed (under
- * build_lock). 1 if one was published, 0 if none was needed, -1. */
+ * build_lock). 1 if one was published, 0 if none was needed, -ENOMEM. */
 static int rebuild(void)
 {
     sw_snapshot *old = atomic_load(&current);
@@ -343,7 +343,7 @@ static int rebuild(void)
     if (!s || !cache) {
         free(s);
         free(b.seg);
-        return -1;
+        return -ENOMEM;
     }
     s->adds = b.adds, s->subs = b.subs, s->cache = cache, s->n = b.n;
     memcpy(s->seg, b.seg, b.n * sizeof s->seg[0]);

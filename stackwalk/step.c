@@ -41,11 +41,11 @@ static void moved(sw_cursor *c, unsigned exact)
     c->from_signal = exact;
 }
 
-int sw_step_rule(sw_cursor *c, const crawl_code_range *r)
+int sw_step_range(sw_cursor *c, const crawl_code_range *r)
 {
     if (r->rule.kind == CRAWL_UNWIND_FRAME_POINTER) {
         uintptr_t ip = c->regs.ip, sp = c->regs.sp, fp = c->regs.fp;
-        int st = sw_fp_step(c, &ip, &sp, &fp);
+        int st = sw_fp_next(c, &ip, &sp, &fp);
         /* Registered code promised a frame pointer: leaving the stack is
          * not a normal end here. */
         if (st != SW_OK)
@@ -94,33 +94,6 @@ static int step_sigframe(sw_cursor *c)
     return SW_OK;
 }
 
-void sw_cursor_reset(sw_cursor *c, const crawl_regs *regs, unsigned exact)
-{
-    c->regs = *regs;
-    c->exact = exact;
-    c->need_init = c->dwarf != NULL;
-    c->from_signal = exact;
-}
-
-void sw_cursor_init(sw_cursor *c, const crawl__thread *th, const crawl_regs *regs,
-                    unsigned exact, sw_dwarf *dwarf, const sw_range_table *ranges)
-{
-    c->dwarf = dwarf;
-    sw_cursor_reset(c, regs, exact);
-    c->lo = th->stack_lo;
-    c->hi = th->stack_hi;
-    c->alo = c->ahi = 0;
-    c->ranges = ranges;
-    c->hint = (sw_hint){0, 0};
-    c->hits = 0;
-    c->refreshed = 0;
-    /* A walk that starts on the signal stack, or runs on it (a handler
-     * walking the context it interrupted), needs its bounds. */
-    uintptr_t here = (uintptr_t)__builtin_frame_address(0);
-    if (!(regs->sp >= c->lo && regs->sp < c->hi) || !(here >= c->lo && here < c->hi))
-        crawl__current_altstack(&c->alo, &c->ahi);
-}
-
 /* SW_ASK from here: the answer may change with a fresh module snapshot. */
 static int step_once(sw_cursor *c)
 {
@@ -129,7 +102,7 @@ static int step_once(sw_cursor *c)
     if (range) {
         crawl_regs before = c->regs;
         unsigned exact = c->exact;
-        int st = sw_step_rule(c, range);
+        int st = sw_step_range(c, range);
         if (st == SW_OK && !sw_is_code(c, &c->hint, c->regs.ip, 0)) {
             c->regs = before;
             moved(c, exact);
@@ -140,7 +113,7 @@ static int step_once(sw_cursor *c)
     uint64_t rule = 0;
     if (c->snap && (c->cfi || !c->precise)) {
         uintptr_t ip = c->regs.ip, sp = c->regs.sp, fp = c->regs.fp;
-        int st = sw_cfi_step(c, &c->hint, &c->hits, &ip, &sp, &fp, (int)c->exact);
+        int st = sw_cfi_next(c, &c->hint, &c->hits, &ip, &sp, &fp, (int)c->exact);
         if (st == SW_OK) {
             c->regs.ip = ip, c->regs.sp = sp, c->regs.fp = fp;
             moved(c, 0);
@@ -180,7 +153,7 @@ static int step_once(sw_cursor *c)
     }
     /* fast: the frame-pointer chain, where it leads to code */
     uintptr_t ip = c->regs.ip, sp = c->regs.sp, fp = c->regs.fp;
-    int st = sw_fp_step(c, &ip, &sp, &fp);
+    int st = sw_fp_next(c, &ip, &sp, &fp);
     if (st == SW_OK && sw_is_code(c, &c->hint, ip, 0)) {
         c->regs.ip = ip, c->regs.sp = sp, c->regs.fp = fp;
         moved(c, 0);

@@ -10,6 +10,7 @@
 
 #include <crawl/crawl.h>
 #include <crawl/ffi.h>
+#include <crawl/boehm.h>
 #include <setjmp.h>
 #include <stddef.h>
 #include <stdint.h>

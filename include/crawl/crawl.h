@@ -1,7 +1,8 @@
 /* crawl — umbrella header.
  *   pkg-config: crawl          CMake: find_package(crawl) -> crawl::crawl
- * See include/crawl/frames.h (Frames, threads), stackwalk.h (walks) and
- * gcroots.h (GC roots; crawl_boehm_* live in the crawl-boehm library). */
+ * See include/crawl/frames.h (Frames, threads), stackwalk.h (walks),
+ * gcroots.h (GC roots) and sanitizer.h. The glue libraries have their own
+ * headers: crawl/boehm.h (crawl-boehm) and crawl/ffi.h (crawl-ffi). */
 #ifndef CRAWL_CRAWL_H
 #define CRAWL_CRAWL_H
 

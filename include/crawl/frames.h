@@ -2,7 +2,7 @@
  *
  * A Frame is a struct whose first member is `crawl_frame`, placed in the
  * stack frame of the C function that pushes it. Its address orders it
- * against the native frames a walk finds (design.md, "the merge rule").
+ * against the native frames a walk finds (docs/design.md, "the merge rule").
  * The layout is plain on purpose: a debugger or an out-of-process tool can
  * follow `next` and read `type->name` from memory.
  *
@@ -88,6 +88,10 @@ struct crawl_frame_type {
      * A walk reports it as the Frame's crawl_cf_ip, and stored stacks keep
      * it, so allocation and free stacks name the line. */
     uintptr_t (*position)(const crawl_frame *f);
+    /* Room for hooks of later versions, so the struct's size and every
+     * member's offset stay as they are when hooks are added: leave it zero
+     * (designated initialisers do). crawl never calls through it. */
+    void (*crawl_reserved[6])(void);
 };
 
 /* Attach the calling thread: record its stack bounds and register it.

@@ -2,7 +2,7 @@
  *
  * A walk reports, newest first, every native frame found by unwinding and
  * every Frame on the calling thread's chain, each Frame right before the
- * native frame that contains it (design.md's merge rule). Interpreter
+ * native frame that contains it (the merge rule in docs/design.md). Interpreter
  * segment Frames report their VM activations in their place.
  *
  * Two native unwinders, chosen by flag. Precise (the default): each

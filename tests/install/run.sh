@@ -1,25 +1,56 @@
 #!/bin/sh
-# Install crawl into a scratch prefix, then build and run an outside
-# consumer through find_package(crawl) and through pkg-config.
+# Install crawl into a scratch prefix the build was not configured for,
+# then use it as an outside user would: build consumers through
+# find_package(crawl) and through pkg-config (shared and static, core and
+# glue libraries), run them and the installed crawlvm with no
+# LD_LIBRARY_PATH (RUNPATH must find the libraries), and check that the
+# .pc files follow the tree when it is moved.
 # usage: run.sh BUILD_DIR SOURCE_DIR
 set -eu
 build=$1 src=$2
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
+unset LD_LIBRARY_PATH
+fail() { echo "install: $*"; echo "install: 0 passed, 1 failed"; exit 1; }
+
 cmake --install "$build" --prefix "$work/prefix" >/dev/null
-cmake -S "$src/tests/install" -B "$work/cmake" -DCMAKE_PREFIX_PATH="$work/prefix" >/dev/null
+P=$work/prefix
+test -f "$P/include/crawl/crawl.h" || fail "no crawl.h"
+test -f "$P/include/crawl/boehm.h" || fail "no boehm.h"
+test -f "$P/share/doc/crawl/README.md" || fail "no README.md in share/doc/crawl"
+test -f "$(find "$P" -name crawlConfig.cmake)" || fail "no crawlConfig.cmake"
+
+# the installed command runs on its own
+printf '(print (+ 1 2))\n' >"$work/t.crawl"
+out=$("$P/bin/crawlvm" "$work/t.crawl") || fail "installed crawlvm does not run"
+[ "$out" = 3 ] || fail "installed crawlvm printed '$out'"
+
+# CMake consumers
+cmake -S "$src/tests/install" -B "$work/cmake" -DCMAKE_PREFIX_PATH="$P" \
+      -DCMAKE_BUILD_RPATH="$(dirname "$(find "$P" -name libcrawl.so)")" >/dev/null
 cmake --build "$work/cmake" >/dev/null
-LD_LIBRARY_PATH="$work/prefix/lib" "$work/cmake/consumer"
-"$work/cmake/consumer_static"
-pcdir=$(find "$work/prefix" -name crawl.pc -printf '%h\n')
-# pkg-config has the prefix baked in; point it at the scratch prefix.
+for c in consumer consumer_static consumer_glue consumer_glue_static; do
+    "$work/cmake/$c" >/dev/null || fail "$c (CMake) failed"
+done
+ldd "$work/cmake/consumer_glue_static" | grep -q 'libcrawl' && fail "consumer_glue_static links a shared libcrawl"
+
+# pkg-config consumers, after moving the whole tree: the .pc files must
+# find it from where they are.
+mv "$P" "$work/moved"
+P=$work/moved
+pcdir=$(find "$P" -name crawl.pc -printf '%h\n')
 export PKG_CONFIG_PATH="$pcdir"
-pc() { pkg-config --define-variable=prefix="$work/prefix" "$@" crawl; }
-cc "$src/tests/install/consumer.c" -o "$work/consumer_pc" $(pc --cflags --libs)
-cc "$src/tests/install/consumer.c" -o "$work/consumer_pc_static" $(pc --cflags) \
-   "$work/prefix/lib/libcrawl.a" $(pc --static --libs-only-other --libs-only-l | sed 's/-lcrawl//')
-"$work/consumer_pc_static"
-LD_LIBRARY_PATH="$work/prefix/lib" "$work/consumer_pc"
-test -f "$work/prefix/include/crawl/crawl.h"
-test -f "$(find "$work/prefix" -name crawlConfig.cmake)"
+libdir=$(pkg-config --variable=libdir crawl)
+[ "$libdir" -ef "$(dirname "$(find "$P" -name libcrawl.so)")" ] || fail "crawl.pc libdir is $libdir"
+cc "$src/tests/install/consumer.c" -o "$work/pc" $(pkg-config --cflags --libs crawl) \
+   -Wl,-rpath,"$libdir" || fail "pkg-config crawl: no build"
+"$work/pc" >/dev/null || fail "pkg-config consumer failed"
+cc -static-libgcc "$src/tests/install/consumer.c" -o "$work/pc_static" $(pkg-config --cflags crawl) \
+   "$libdir/libcrawl.a" $(pkg-config --static --libs-only-other --libs-only-l crawl | sed 's/-lcrawl//') \
+   || fail "static link against libcrawl.a"
+"$work/pc_static" >/dev/null || fail "static pkg-config consumer failed"
+cc "$src/tests/install/consumer_glue.c" -o "$work/pc_glue" \
+   $(pkg-config --cflags --libs crawl-boehm crawl-ffi) -Wl,-rpath,"$libdir" || fail "pkg-config glue: no build"
+"$work/pc_glue" >/dev/null || fail "pkg-config glue consumer failed"
+"$P/bin/crawlvm" "$work/t.crawl" >/dev/null || fail "moved crawlvm does not run"
 echo "install: 1 passed, 0 failed"

@@ -79,8 +79,6 @@ static void test_libc(void **state)
         for (int i = 0; i < 32; i++)
             v[i] = (i * 7) % 32;
         *(volatile int *)&v[0] = v[0];
-        static int *once_reset;
-        (void)once_reset;
         qsort(v, 32, sizeof v[0], cmp_walk);
         expect_same(round ? "qsort (warm)" : "qsort (cold)");
         int key = 9;

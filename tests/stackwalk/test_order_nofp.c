@@ -7,7 +7,7 @@
  * (nofp_host.c); c_cmp keeps a Frame "cmp" in its own stack frame and burn
  * is a frameless leaf. SIGPROF at 1 kHz; the handler walks the interrupted
  * context signal-safely into preallocated buffers. For every sample
- * interrupted in burn, the merge rule (design.md) fixes the first three
+ * interrupted in burn, the merge rule (docs/design.md) fixes the first three
  * reports: burn, then the Frame "cmp" (it lies in c_cmp's frame), then
  * c_cmp. Counts, not time, decide: a sample either is right or is not. */
 #define _GNU_SOURCE

@@ -12,7 +12,7 @@
  *
  * Every handler walks its own interrupted context with
  * CRAWL_WALK_SIGNAL_SAFE (precise) and checks, still in the handler, the
- * order design.md promises: the Frames reported are the thread's chain in
+ * order docs/design.md promises: the Frames reported are the thread's chain in
  * order, native sps strictly increase, and each Frame comes right before
  * the native frame that contains it. Signal-safe walks take no lock and
  * never call libunwind: crawl_cfi_cache_stats' fallback count must not

@@ -1,0 +1,17 @@
+/* The one loop that writes a whole buffer with write(2): fatal lines,
+ * reports and trace printers all end here. */
+#include <unistd.h>
+
+#include "frames/internal.h"
+
+void crawl__write_all(int fd, const void *s, size_t n)
+{
+    const char *p = s;
+    while (n) {
+        ssize_t w = write(fd, p, n);
+        if (w <= 0)
+            return;
+        p += w;
+        n -= (size_t)w;
+    }
+}
