@@ -8,6 +8,12 @@
 
 #define CRAWL__THREAD_COUNTS 1
 
+/* Keep the calling function's frame alive until x is used, so the call that
+ * computed x is not a sibling call: entry points that walk from their own
+ * registers (crawl_walk, crawl_depot_capture...) need their frame to exist
+ * while the walk reads it. */
+#define CRAWL__NO_TAIL(x) __asm__ volatile("" : "+r"(x))
+
 /* Per-thread state. initial-exec TLS: reading it never allocates or takes
  * the loader lock, so signal handlers can use it. */
 typedef struct crawl__thread {

@@ -82,7 +82,7 @@ crawl_walk_status crawl_print_trace(int fd, unsigned flags)
     crawl_regs r;
     crawl_capture_regs(&r);
     crawl_walk_status st = sw_walk(&r, 0, 1, print_one, &fd, flags & ~CRAWL_WALK_SIGNAL_SAFE);
-    __asm__ volatile("" : "+r"(st));
+    CRAWL__NO_TAIL(st);
     return st;
 }
 

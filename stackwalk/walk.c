@@ -511,15 +511,12 @@ crawl_walk_status sw_walk(const crawl_regs *regs, unsigned exact, unsigned skip,
     return run_walk(&w, regs, exact, skip);
 }
 
-/* crawl's own frame must still exist while the walk reads it: no tail call. */
-#define NO_TAIL(x) __asm__ volatile("" : "+r"(x))
-
 crawl_walk_status crawl_walk(crawl_walk_fn fn, void *ctx, unsigned flags)
 {
     crawl_regs r;
     crawl_capture_regs(&r);
     crawl_walk_status st = sw_walk(&r, 0, 1, fn, ctx, flags);
-    NO_TAIL(st);
+    CRAWL__NO_TAIL(st);
     return st;
 }
 
@@ -532,7 +529,7 @@ int crawl_backtrace(uintptr_t *pcs, int max, unsigned flags)
     walk w = {.flags = (flags & (CRAWL_WALK_FAST | CRAWL_WALK_SIGNAL_SAFE)) | CRAWL_WALK_SKIP_FRAMES,
               .pcs = pcs, .pcs_max = (unsigned)max};
     crawl_walk_status st = run_walk(&w, &r, 0, 1);
-    NO_TAIL(st);
+    CRAWL__NO_TAIL(st);
     return (int)w.pcs_n;
 }
 

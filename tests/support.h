@@ -9,6 +9,9 @@
 #include <cmocka.h>
 
 #define NOINLINE __attribute__((noinline))
+/* After a call whose frame must stay on the stack (a walk reads it): no
+ * sibling call may replace this function's frame. */
+#define T_NO_TAIL() __asm__ volatile("" ::: "memory")
 
 typedef struct rec {
     crawl_kind kind;
@@ -55,5 +58,16 @@ void t_expect_lines(const char *text, const char *const *patterns);
 
 /* Run fn in a child process; return its wait status and its stderr in buf. */
 int t_run_child(void (*fn)(void), char *buf, size_t len);
+
+/* Assert cond; on failure print trace *tp (labelled with what) and fail
+ * with cond's text. EXPECT uses the file's `static trace T`. */
+#define T_EXPECT_IN(tp, what, cond)                                                            \
+    do {                                                                                       \
+        if (!(cond)) {                                                                         \
+            t_dump((tp), (what));                                                              \
+            fail_msg("%s: %s", (what), #cond);                                                 \
+        }                                                                                      \
+    } while (0)
+#define EXPECT(cond) T_EXPECT_IN(&T, #cond, cond)
 
 #endif

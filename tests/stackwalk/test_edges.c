@@ -19,14 +19,6 @@
 static trace T;
 static void reset(void) { memset(&T, 0, sizeof T); }
 
-#define EXPECT(cond)                                                                           \
-    do {                                                                                       \
-        if (!(cond)) {                                                                         \
-            t_dump(&T, #cond);                                                                 \
-            fail_msg("%s", #cond);                                                             \
-        }                                                                                      \
-    } while (0)
-
 NOINLINE static void walker(unsigned flags)
 {
     T.st = crawl_walk(t_record, &T, flags);

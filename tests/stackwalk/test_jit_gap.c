@@ -93,13 +93,12 @@ static void record_both_modes(void)
     }
 }
 
-#define EXPECT(cond)                                                                               \
-    do {                                                                                           \
-        if (!(cond)) {                                                                             \
-            t_dump(t, what);                                                                       \
-            t_dump(ref, "jit_run's own walk (reference)");                                         \
-            fail_msg("%s: %s", what, #cond);                                                       \
-        }                                                                                          \
+/* support.h's check, also printing the reference walk on failure. */
+#define EXPECT_VS_REF(cond)                                                                    \
+    do {                                                                                       \
+        if (!(cond))                                                                           \
+            t_dump(ref, "jit_run's own walk (reference)");                                     \
+        T_EXPECT_IN(t, what, cond);                                                            \
     } while (0)
 
 static int in_stub(uintptr_t pc)
@@ -132,31 +131,31 @@ static void check(int m, const char *what)
     print_message("%s: %u reports, status %d; the stub's frame reported %u time(s), other pcs "
                   "in the stub page %u; main at #%d\n",
                   what, t->n, t->st, stub_frames, other_stub_pcs, main_at);
-    EXPECT(t->st == CRAWL_WALK_DONE);
-    EXPECT(other_stub_pcs == 0);
-    EXPECT(!STRICT_NO_STUB_FRAME || stub_frames == 0);
+    EXPECT_VS_REF(t->st == CRAWL_WALK_DONE);
+    EXPECT_VS_REF(other_stub_pcs == 0);
+    EXPECT_VS_REF(!STRICT_NO_STUB_FRAME || stub_frames == 0);
     /* jit_callback first, then (after the stub's frame, if reported) the gap */
-    EXPECT(t->n > 3 && t->r[0].kind == CRAWL_CF_NATIVE && fn_has(&callback_fn, t->r[0].ip - 1));
+    EXPECT_VS_REF(t->n > 3 && t->r[0].kind == CRAWL_CF_NATIVE && fn_has(&callback_fn, t->r[0].ip - 1));
     unsigned g = 1 + stub_frames;
-    EXPECT(t->r[g].kind == CRAWL_CF_FRAME && t->r[g].frame == run_frame[m]);
-    EXPECT(t->r[g].flags & CRAWL_CF_AFTER_GAP);
+    EXPECT_VS_REF(t->r[g].kind == CRAWL_CF_FRAME && t->r[g].frame == run_frame[m]);
+    EXPECT_VS_REF(t->r[g].flags & CRAWL_CF_AFTER_GAP);
     for (unsigned k = 0; k < t->n; k++)
-        EXPECT(k == g || !(t->r[k].flags & CRAWL_CF_AFTER_GAP));
+        EXPECT_VS_REF(k == g || !(t->r[k].flags & CRAWL_CF_AFTER_GAP));
     /* jit_run at the transition's saved ip (a return address inside jit_run) */
-    EXPECT(t->r[g + 1].kind == CRAWL_CF_NATIVE && t->r[g + 1].ip == run_regs[m].ip &&
+    EXPECT_VS_REF(t->r[g + 1].kind == CRAWL_CF_NATIVE && t->r[g + 1].ip == run_regs[m].ip &&
            t->r[g + 1].sp == run_regs[m].sp && fn_has(&run_fn, run_regs[m].ip - 1));
     /* jit_run's callers as jit_run's own walk saw them (main's call site included) */
     int ref_run = -1;
     for (unsigned k = 0; k < ref->n && ref_run < 0; k++)
         if (ref->r[k].kind == CRAWL_CF_NATIVE && fn_has(&run_fn, ref->r[k].ip - 1))
             ref_run = (int)k;
-    EXPECT(ref->st == CRAWL_WALK_DONE && ref_run > 0);
-    EXPECT(t->n - (g + 2) == ref->n - (unsigned)(ref_run + 1));
+    EXPECT_VS_REF(ref->st == CRAWL_WALK_DONE && ref_run > 0);
+    EXPECT_VS_REF(t->n - (g + 2) == ref->n - (unsigned)(ref_run + 1));
     for (unsigned k = g + 2; k < t->n; k++) {
         const rec *a = &t->r[k], *b = &ref->r[ref_run + 1 + (k - (g + 2))];
-        EXPECT(a->kind == b->kind && a->ip == b->ip && a->sp == b->sp && a->frame == b->frame);
+        EXPECT_VS_REF(a->kind == b->kind && a->ip == b->ip && a->sp == b->sp && a->frame == b->frame);
     }
-    EXPECT(main_at > 0);
+    EXPECT_VS_REF(main_at > 0);
     t_check_order(t);
 }
 

@@ -35,14 +35,6 @@ static int native_index(const trace *t, const char *name)
     return -1;
 }
 
-#define EXPECT(cond)                                                                           \
-    do {                                                                                       \
-        if (!(cond)) {                                                                         \
-            t_dump(&T, #cond);                                                                 \
-            fail_msg("%s", #cond);                                                             \
-        }                                                                                      \
-    } while (0)
-
 /* ---- the first frame ------------------------------------------------------- */
 
 static void test_first_frame_is_the_caller(void **state)
