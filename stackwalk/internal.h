@@ -144,6 +144,16 @@ void sw_cfi_count_fallback(void);
 /* SW_ASK: the inline steps cannot decide; sw_step (the slow path) will. */
 enum { SW_OK = 0, SW_END = 1, SW_STOP = 2, SW_CORRUPT = 3, SW_ASK = 4 };
 
+/* ---- the decision trace, CRAWL_DEBUG=unwind (debug.c) -------------------- */
+extern int sw_debug_on;
+void sw_debug_print(const char *fmt, ...) __attribute__((format(printf, 1, 2), cold));
+const char *sw_status_name(int st);
+#define SW_DEBUG(...)                                                                          \
+    do {                                                                                       \
+        if (__builtin_expect(sw_debug_on, 0))                                                  \
+            sw_debug_print(__VA_ARGS__);                                                       \
+    } while (0)
+
 /* libunwind's state: large (about 2 KiB), so kept apart from sw_cursor and
  * never zero-filled; only precise walks in normal context touch it. */
 typedef struct sw_dwarf {
@@ -172,6 +182,7 @@ typedef struct sw_cursor {
     unsigned signal_safe;
     unsigned refreshed;                 /* normal context: snap checked against the loader */
     unsigned long hits;                 /* steps served by the rule cache */
+    const char *why;                    /* the slow path's reason for its last answer */
 } sw_cursor;
 
 void sw_cursor_init(sw_cursor *c, const crawl__thread *th, const crawl_regs *regs,

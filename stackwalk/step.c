@@ -14,6 +14,9 @@
 
 #include "stackwalk/internal.h"
 
+/* Answer st, saying why for the decision trace (CRAWL_DEBUG=unwind). */
+#define WHY(st, text) (c->why = (text), (st))
+
 static inline uintptr_t load(uintptr_t a)
 {
     return *(const uintptr_t *)a;
@@ -49,26 +52,26 @@ int sw_step_range(sw_cursor *c, const crawl_code_range *r)
         /* Registered code promised a frame pointer: leaving the stack is
          * not a normal end here. */
         if (st != SW_OK)
-            return st == SW_END ? SW_STOP : st;
+            return WHY(st == SW_END ? SW_STOP : st, "code range: frame pointer off the stack");
         c->regs.ip = ip, c->regs.sp = sp, c->regs.fp = fp;
         moved(c, 0);
         return SW_OK;
     }
     uintptr_t cfa = c->regs.sp + r->rule.frame_size;
     if (cfa < c->regs.sp || !sw_in_stack(c, cfa - 8, 8))
-        return SW_STOP;
+        return WHY(SW_STOP, "code range: CFA off the stack");
     uintptr_t fp = c->regs.fp;
     if (r->rule.saved_fp_offset) {
         uintptr_t slot = cfa + (uintptr_t)(intptr_t)r->rule.saved_fp_offset;
         if (!sw_in_stack(c, slot, 8))
-            return SW_CORRUPT;
+            return WHY(SW_CORRUPT, "code range: saved rbp off the stack");
         fp = load(slot);
     }
     uintptr_t ip = load(cfa - 8);
     if (!sw_progress(c, c->regs.sp, cfa))
-        return SW_CORRUPT;
+        return WHY(SW_CORRUPT, "code range: the CFA does not move up the stack");
     if (ip == 0)
-        return SW_END;
+        return WHY(SW_END, "code range: return address 0");
     c->regs.ip = ip;
     c->regs.sp = cfa;
     c->regs.fp = fp;
@@ -82,13 +85,13 @@ static int step_sigframe(sw_cursor *c)
 {
     uintptr_t uc = c->regs.sp;
     if (!sw_in_stack(c, uc, sizeof(ucontext_t)))
-        return SW_CORRUPT;
+        return WHY(SW_CORRUPT, "signal frame: ucontext off the stack");
     crawl_regs r;
     sw_regs_from_ucontext(&r, (const ucontext_t *)uc);
     if (!sw_in_stack(c, r.sp, 1) || !sw_progress(c, c->regs.sp, r.sp))
-        return SW_CORRUPT;
+        return WHY(SW_CORRUPT, "signal frame: interrupted sp off the stack or not older");
     if (!sw_is_code(c, &c->hint, r.ip, 1))
-        return SW_STOP;
+        return WHY(SW_STOP, "signal frame: interrupted pc is not code");
     c->regs = r;
     moved(c, 1);
     return SW_OK;
@@ -106,7 +109,7 @@ static int step_once(sw_cursor *c)
         if (st == SW_OK && !sw_is_code(c, &c->hint, c->regs.ip, 0)) {
             c->regs = before;
             moved(c, exact);
-            return sw_not_code(c);
+            return WHY(sw_not_code(c), "code range: the caller is not code");
         }
         return st;
     }
@@ -120,7 +123,7 @@ static int step_once(sw_cursor *c)
             return SW_OK;
         }
         if (st != SW_ASK)
-            return st;
+            return WHY(st, "CFI rule");
         rule = sw_rule_get(c, c->exact ? c->regs.ip : c->regs.ip - 1, &c->hits);
         unsigned flags = sw_rule_flags(rule);
         if (!(flags & SW_RULE_TRUSTED) && !c->signal_safe && !c->refreshed)
@@ -139,7 +142,11 @@ static int step_once(sw_cursor *c)
         /* libunwind, for what no rule expresses; never in signal context
          * (it takes locks), never for a pc in no module (it would guess) */
         if (c->signal_safe || !rule || !c->dwarf)
-            return SW_STOP;
+            return WHY(SW_STOP, !rule ? "pc in no known module"
+                                : c->signal_safe ? "no usable CFI rule (module not compiled, "
+                                                   "not permanent, or a DWARF expression), and "
+                                                   "libunwind is not signal-safe"
+                                                 : "no CFI rule and no libunwind");
         sw_cfi_count_fallback();
         crawl_regs before = c->regs;
         unsigned exact = c->exact;
@@ -147,9 +154,9 @@ static int step_once(sw_cursor *c)
         if (st == SW_OK && !sw_is_code(c, &c->hint, c->regs.ip, c->exact)) {
             c->regs = before;
             moved(c, exact);
-            return SW_STOP;
+            return WHY(SW_STOP, "libunwind: the caller is not code");
         }
-        return st;
+        return WHY(st, "libunwind");
     }
     /* fast: the frame-pointer chain, where it leads to code */
     uintptr_t ip = c->regs.ip, sp = c->regs.sp, fp = c->regs.fp;
@@ -162,11 +169,15 @@ static int step_once(sw_cursor *c)
     /* A frame pointer off the stack is how chains end; anything else
      * (junk in rbp from code without frame pointers, a caller that is not
      * code) stops the native part here, with a gap if Frames follow. */
-    return st == SW_END ? SW_END : SW_STOP;
+    return WHY(st == SW_END ? SW_END : SW_STOP,
+               st == SW_END ? "frame pointer leaves the stack"
+               : st == SW_OK ? "frame pointer: the caller is not code"
+                             : "frame pointer: a bad chain (code without frame pointers?)");
 }
 
 int sw_step(sw_cursor *c)
 {
+    c->why = NULL;
     int st = step_once(c);
     if (st == SW_ASK && !c->signal_safe && !c->refreshed) {
         c->snap = sw_snap_refresh();
@@ -174,5 +185,5 @@ int sw_step(sw_cursor *c)
         c->refreshed = 1;
         st = step_once(c);
     }
-    return st == SW_ASK ? SW_STOP : st;
+    return st == SW_ASK ? WHY(SW_STOP, "the caller is not code in any known module") : st;
 }

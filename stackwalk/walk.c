@@ -92,6 +92,8 @@ static crawl_frame *take_frame(walk *w)
     if (!f)
         return NULL;
     if (!frame_valid(w, f)) {
+        SW_DEBUG("Frame %p fails the check (off the stack, misaligned, unknown type, or more "
+                 "Frames than were pushed): the chain is corrupt", (void *)f);
         w->corrupt = 1;
         w->next = NULL;
         return NULL;
@@ -178,6 +180,9 @@ static int resume_from_frame(walk *w, uintptr_t stop_sp)
             sw_key(&w->cur, regs->sp) > sw_key(&w->cur, stop_sp)) {
             /* f itself is reported by the merge, inside its pusher's frame. */
             crawl_regs start = *regs;
+            SW_DEBUG("resume at transition Frame %p ('%s') from its saved ip %#lx sp %#lx",
+                     (void *)f, crawl__type_name(f->type), (unsigned long)start.ip,
+                     (unsigned long)start.sp);
             sw_cursor_reset(&w->cur, &start, 0);
             return 1;
         }
@@ -441,6 +446,9 @@ static crawl_walk_status run_walk(walk *wp, const crawl_regs *regs, unsigned exa
      * interrupted. They are not part of this stack. */
     while (w->next && frame_valid(w, w->next) && frame_before(w, w->next, regs->sp))
         take_frame(w);
+    SW_DEBUG("walk from ip %#lx sp %#lx: %s%s, %u Frame(s) on the chain",
+             (unsigned long)regs->ip, (unsigned long)regs->sp, precise ? "precise" : "fast",
+             w->cur.signal_safe ? ", signal-safe" : "", w->frames_left);
 
     if ((flags & CRAWL_WALK_SKIP_NATIVE) && !ranges) {
         /* Nothing native to report: the chain alone is in order. */
@@ -479,6 +487,9 @@ static crawl_walk_status run_walk(walk *wp, const crawl_regs *regs, unsigned exa
                 }
             }
             /* Unwinding stopped at r. */
+            SW_DEBUG("stop at ip %#lx sp %#lx: %s (%s)", (unsigned long)r.ip, (unsigned long)r.sp,
+                     sw_status_name(st), w->cur.why ? w->cur.why : "the inline step");
+            w->cur.why = NULL;
             if (st == SW_CORRUPT)
                 w->corrupt = 1;
             /* Frames below r's sp surely belong to newer frames. */
@@ -497,6 +508,8 @@ static crawl_walk_status run_walk(walk *wp, const crawl_regs *regs, unsigned exa
                          __ATOMIC_RELAXED);
     sw_snap_exit(th);
     sw_ranges_exit(held);
+    SW_DEBUG("walk ends: %s", w->aborted ? "aborted by the callback"
+                              : w->corrupt ? "FAILED (corrupt stack or Frame chain)" : "done");
     if (w->aborted)
         return CRAWL_WALK_ABORTED;
     return w->corrupt ? CRAWL_WALK_FAILED : CRAWL_WALK_DONE;
