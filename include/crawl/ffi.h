@@ -44,10 +44,10 @@ typedef struct crawl_ffi_closure crawl_ffi_closure;
  * for the symbols already in the process). NULL on error, with one line in
  * err: a malformed signature (naming the position), a library that does not
  * open, a missing symbol. */
-CRAWL_API CRAWL_ATTR_MALLOC crawl_ffi_fn *crawl_ffi_open(const char *library, const char *symbol,
+CRAWL_API crawl_ffi_fn *crawl_ffi_open(const char *library, const char *symbol,
                                        const char *signature, char *err, size_t errlen);
 /* The same for a function pointer you already have; name is for messages. */
-CRAWL_API CRAWL_ATTR_MALLOC crawl_ffi_fn *crawl_ffi_wrap(void *fn, const char *name, const char *signature,
+CRAWL_API crawl_ffi_fn *crawl_ffi_wrap(void *fn, const char *name, const char *signature,
                                        char *err, size_t errlen);
 CRAWL_API void crawl_ffi_free(crawl_ffi_fn *fn);
 
@@ -69,7 +69,7 @@ typedef void (*crawl_ffi_handler)(const crawl_ffi_closure *c, crawl_ffi_value *r
 /* A C function pointer with the given signature that calls handler.
  * target is what the entry Frame reports as its method (e.g. the VM
  * closure). NULL on error, with a message in err. */
-CRAWL_API CRAWL_ATTR_MALLOC crawl_ffi_closure *crawl_ffi_closure_new(const char *signature,
+CRAWL_API crawl_ffi_closure *crawl_ffi_closure_new(const char *signature,
                                                    crawl_ffi_handler handler, void *user,
                                                    const void *target, char *err, size_t errlen);
 CRAWL_API void *crawl_ffi_closure_code(const crawl_ffi_closure *c);
