@@ -6,15 +6,16 @@
 
 #include "stackwalk/internal.h"
 
-/* options.c */
+/* options.c: the fields come from options.def */
+#define SAN_FIELD_FLAG(field) int field;
+#define SAN_FIELD_UINT(field) unsigned field;
+#define SAN_FIELD_POW2(field) unsigned field;
+#define SAN_FIELD_MB(field) size_t field;
+#define SAN_FIELD_PATH(field) char field[512];
 typedef struct san_options {
-    int halt_on_error;
-    char log_path[512];
-    unsigned malloc_context_size;
-    size_t quarantine_bytes;
-    unsigned redzone;
-    int fast_unwind_on_malloc;
-    size_t depot_budget;
+#define SAN_OPTION(key, kind, field, def, lo, hi, help) SAN_FIELD_##kind(field)
+#include "sanitizer/options.def"
+#undef SAN_OPTION
 } san_options;
 
 const san_options *san_opts(void);     /* initialized on first use */

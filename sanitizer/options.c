@@ -24,29 +24,52 @@ typedef struct snapshot {
     san_options o;
     const struct snapshot *older;
 } snapshot;
+#define SAN_DEFAULT_FLAG(v) (v)
+#define SAN_DEFAULT_UINT(v) (v)
+#define SAN_DEFAULT_POW2(v) (v)
+#define SAN_DEFAULT_MB(v) ((size_t)(v) << 20)
+#define SAN_DEFAULT_PATH(v) v
 static const snapshot first = {.o = {
-    .halt_on_error = 1,
-    .malloc_context_size = 30,
-    .quarantine_bytes = (size_t)64 << 20,
-    .redzone = 16,
-    .fast_unwind_on_malloc = 0,
-    .depot_budget = (size_t)256 << 20,
+#define SAN_OPTION(key, kind, field, def, lo, hi, help) .field = SAN_DEFAULT_##kind(def),
+#include "sanitizer/options.def"
+#undef SAN_OPTION
 }};
 static const snapshot *_Atomic current = &first;
 static pthread_once_t once = PTHREAD_ONCE_INIT;
 static pthread_mutex_t options_lock = PTHREAD_MUTEX_INITIALIZER;
 
-static const char help_text[] =
-    "crawl sanitizer options (key=value, separated by ':'):\n"
-    "  halt_on_error=1         abort after a report (0: go on)\n"
-    "  log_path=PATH           write reports to PATH.PID (stderr, stdout: those;\n"
-    "                          a device or FIFO such as /dev/null: PATH itself)\n"
-    "  malloc_context_size=30  frames kept per allocation/free stack (1..256)\n"
-    "  quarantine_size_mb=64   freed memory kept unallocatable (0..65536)\n"
-    "  redzone=16              minimum redzone bytes (16..2048, a power of 2)\n"
-    "  fast_unwind_on_malloc=0 1: frame-pointer walks for allocation stacks (0: DWARF CFI)\n"
-    "  depot_budget_mb=256     memory the stack depot may use (1..65536)\n"
-    "  help=1                  print this\n";
+/* "  key=default" padded to column 26, then the help line; continuation
+ * lines are indented to the same column. */
+#define SAN_SHOW_FLAG(v) #v
+#define SAN_SHOW_UINT(v) #v
+#define SAN_SHOW_POW2(v) #v
+#define SAN_SHOW_MB(v) #v
+#define SAN_SHOW_PATH(v) "PATH"
+static const struct option_help {
+    const char *key_default, *help;
+} help_lines[] = {
+#define SAN_OPTION(key, kind, field, def, lo, hi, help) {#key "=" SAN_SHOW_##kind(def), help},
+#include "sanitizer/options.def"
+#undef SAN_OPTION
+    {"help=1", "print this"},
+};
+
+static void print_help(void)
+{
+    char buf[4096];
+    size_t n = (size_t)snprintf(buf, sizeof buf,
+                                "crawl sanitizer options (key=value, separated by ':'):\n");
+    for (size_t i = 0; i < sizeof help_lines / sizeof help_lines[0]; i++) {
+        n += (size_t)snprintf(buf + n, sizeof buf - n, "  %-23s ", help_lines[i].key_default);
+        for (const char *h = help_lines[i].help; *h && n < sizeof buf - 32; h++) {
+            buf[n++] = *h;
+            if (*h == '\n')
+                n += (size_t)snprintf(buf + n, sizeof buf - n, "%26s", "");
+        }
+        buf[n++] = '\n';
+    }
+    crawl__write_all(STDERR_FILENO, buf, n);
+}
 
 static void warn(const char *what, const char *item, size_t len)
 {
@@ -75,6 +98,41 @@ static int number(const char *v, size_t len, long lo, long hi, long *out)
     return 0;
 }
 
+/* One value of each kind into its field: 1 if it is valid. */
+static int parse_FLAG(const char *v, size_t len, long lo, long hi, int *out)
+{
+    long x;
+    return number(v, len, lo, hi, &x) == 0 ? (*out = (int)x, 1) : 0;
+}
+
+static int parse_UINT(const char *v, size_t len, long lo, long hi, unsigned *out)
+{
+    long x;
+    return number(v, len, lo, hi, &x) == 0 ? (*out = (unsigned)x, 1) : 0;
+}
+
+static int parse_POW2(const char *v, size_t len, long lo, long hi, unsigned *out)
+{
+    long x;
+    return number(v, len, lo, hi, &x) == 0 && !(x & (x - 1)) ? (*out = (unsigned)x, 1) : 0;
+}
+
+static int parse_MB(const char *v, size_t len, long lo, long hi, size_t *out)
+{
+    long x;
+    return number(v, len, lo, hi, &x) == 0 ? (*out = (size_t)x << 20, 1) : 0;
+}
+
+static int parse_PATH(const char *v, size_t len, long lo, long hi, char (*out)[512])
+{
+    (void)lo, (void)hi;
+    if (len == 0 || len >= sizeof *out)
+        return 0;
+    memcpy(*out, v, len);
+    (*out)[len] = '\0';
+    return 1;
+}
+
 /* Parse into *o; 0, or -EINVAL after one warning line. */
 static int parse(const char *s, san_options *o, int *want_help)
 {
@@ -91,32 +149,28 @@ static int parse(const char *s, san_options *o, int *want_help)
         }
         size_t klen = (size_t)(eq - item), vlen = len - klen - 1;
         const char *v = eq + 1;
-        long x;
+        int found = 0, ok = 0;
 #define KEY(name) (klen == sizeof name - 1 && memcmp(item, name, klen) == 0)
-        if (KEY("halt_on_error") && number(v, vlen, 0, 1, &x) == 0)
-            o->halt_on_error = (int)x;
-        else if (KEY("fast_unwind_on_malloc") && number(v, vlen, 0, 1, &x) == 0)
-            o->fast_unwind_on_malloc = (int)x;
-        else if (KEY("help") && number(v, vlen, 0, 1, &x) == 0)
-            *want_help = (int)x;
-        else if (KEY("malloc_context_size") && number(v, vlen, 1, CRAWL_DEPOT_MAX_FRAMES, &x) == 0)
-            o->malloc_context_size = (unsigned)x;
-        else if (KEY("quarantine_size_mb") && number(v, vlen, 0, 65536, &x) == 0)
-            o->quarantine_bytes = (size_t)x << 20;
-        else if (KEY("depot_budget_mb") && number(v, vlen, 1, 65536, &x) == 0)
-            o->depot_budget = (size_t)x << 20;
-        else if (KEY("redzone") && number(v, vlen, 16, 2048, &x) == 0 && !(x & (x - 1)))
-            o->redzone = (unsigned)x;
-        else if (KEY("log_path") && vlen > 0 && vlen < sizeof o->log_path) {
-            memcpy(o->log_path, v, vlen);
-            o->log_path[vlen] = '\0';
-        } else if (KEY("halt_on_error") || KEY("fast_unwind_on_malloc") || KEY("help") ||
-                   KEY("malloc_context_size") || KEY("quarantine_size_mb") ||
-                   KEY("depot_budget_mb") || KEY("redzone") || KEY("log_path")) {
-            warn("bad value in", item, len);
-            return -EINVAL;
-        } else {
+#define SAN_OPTION(key, kind, field, def, lo, hi, help)                                        \
+    if (!found && KEY(#key)) {                                                                 \
+        found = 1;                                                                             \
+        ok = parse_##kind(v, vlen, lo, hi, &o->field);                                         \
+    }
+#include "sanitizer/options.def"
+#undef SAN_OPTION
+        if (!found && KEY("help")) {
+            long x;
+            found = 1;
+            ok = number(v, vlen, 0, 1, &x) == 0;
+            if (ok)
+                *want_help = (int)x;
+        }
+        if (!found) {
             warn("unknown option", item, klen);
+            return -EINVAL;
+        }
+        if (!ok) {
+            warn("bad value in", item, len);
             return -EINVAL;
         }
 #undef KEY
@@ -144,10 +198,8 @@ static int apply(const char *s)
         }
     }
     pthread_mutex_unlock(&options_lock);
-    if (rc == 0 && help) {
-        ssize_t w = write(STDERR_FILENO, help_text, sizeof help_text - 1);
-        (void)w;
-    }
+    if (rc == 0 && help)
+        print_help();
     return rc;
 }
 
@@ -196,14 +248,24 @@ int crawl_sanitizer_set_options(const char *options)
     return apply(options);
 }
 
+#define SAN_PRINT_FLAG(o, f) "%d", (o)->f
+#define SAN_PRINT_UINT(o, f) "%u", (o)->f
+#define SAN_PRINT_POW2(o, f) "%u", (o)->f
+#define SAN_PRINT_MB(o, f) "%zu", (o)->f >> 20
+#define SAN_PRINT_PATH(o, f) "%s", (o)->f[0] ? (o)->f : "stderr"
+
 int crawl_sanitizer_get_options(char *buf, size_t len)
 {
     const san_options *o = san_opts();
-    int n = snprintf(buf, len,
-                     "halt_on_error=%d:log_path=%s:malloc_context_size=%u:quarantine_size_mb=%zu:"
-                     "redzone=%u:fast_unwind_on_malloc=%d:depot_budget_mb=%zu",
-                     o->halt_on_error, o->log_path[0] ? o->log_path : "stderr",
-                     o->malloc_context_size, o->quarantine_bytes >> 20, o->redzone,
-                     o->fast_unwind_on_malloc, o->depot_budget >> 20);
-    return n;
+    char tmp[2048];
+    size_t n = 0;
+#define SAN_OPTION(key, kind, field, def, lo, hi, help)                                        \
+    n += (size_t)snprintf(tmp + n, sizeof tmp - n, "%s" #key "=", n ? ":" : "");               \
+    if (n < sizeof tmp)                                                                        \
+        n += (size_t)snprintf(tmp + n, sizeof tmp - n, SAN_PRINT_##kind(o, field));            \
+    if (n > sizeof tmp - 1)                                                                    \
+        n = sizeof tmp - 1;
+#include "sanitizer/options.def"
+#undef SAN_OPTION
+    return snprintf(buf, len, "%s", tmp);
 }

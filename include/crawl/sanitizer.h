@@ -109,7 +109,8 @@ CRAWL_API int crawl_heap_owns(const void *p);
  *   fast_unwind_on_malloc=0 1: frame-pointer walks for allocation and free
  *                           stacks (0: DWARF CFI, right without frame pointers)
  *   depot_budget_mb=256     memory the stack depot may use
- *   help=1                  print these options
+ *   help=1                  print these options (the list help=1 prints
+ *                           is generated from the one the parser uses)
  * A malformed string or an unknown key or value prints one warning line
  * naming it, changes nothing, and returns a negative errno value. Numbers
  * are plain decimal digits. Thread-safe: the options change as a whole

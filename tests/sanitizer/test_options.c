@@ -86,6 +86,16 @@ static void test_help(void **state)
     assert_non_null(strstr(err, "crawl sanitizer options (key=value, separated by ':'):"));
     assert_non_null(strstr(err, "  halt_on_error=1 "));
     assert_non_null(strstr(err, "  depot_budget_mb=256 "));
+    /* every option get_options prints is listed, as "  key=" at a line start */
+    char all[512];
+    snprintf(all, sizeof all, "%s", current());
+    for (char *save = NULL, *item = strtok_r(all, ":", &save); item;
+         item = strtok_r(NULL, ":", &save)) {
+        char want[80];
+        snprintf(want, sizeof want, "\n  %.*s=", (int)strcspn(item, "="), item);
+        if (!strstr(err, want))
+            fail_msg("help=1 does not list %s", want + 3);
+    }
 }
 
 /* malloc_context_size bounds the stacks kept per chunk. */
