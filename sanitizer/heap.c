@@ -14,7 +14,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-#include "sanitizer/internal.h"
+#include "sanitizer/heap_error.h"
 
 #define REGION_SIZE ((size_t)16 << 30)
 #define MAX_ALLOC ((size_t)1 << 32)
@@ -112,7 +112,7 @@ void san_heap_fork(int lock)
         pthread_mutex_unlock(&heap_lock);
 }
 
-static void init_heap(void)
+static void reserve_region(void)
 {
     region = mmap(NULL, REGION_SIZE, PROT_READ | PROT_WRITE,
                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
@@ -122,9 +122,9 @@ static void init_heap(void)
         crawl__fatal("checked heap: cannot reserve %zu bytes of address space", REGION_SIZE);
 }
 
-static void heap_init(void)
+static void ensure_region(void)
 {
-    pthread_once(&heap_once, init_heap);
+    pthread_once(&heap_once, reserve_region);
 }
 
 /* bump only grows (under heap_lock); readers outside the lock load it once */
@@ -173,7 +173,7 @@ static size_t round16(size_t n) { return (n + 15) & ~(size_t)15; }
 
 static void *allocate(size_t size, const crawl_regs *caller)
 {
-    heap_init();
+    ensure_region();
     const san_options *o = san_opts();
     if (size > MAX_ALLOC) {
         errno = ENOMEM;
@@ -271,145 +271,83 @@ static where locate(uintptr_t a)
     return w;
 }
 
-static void describe_location(san_report *r, uintptr_t a, where w)
+/* ---- describing an error (printed by heap_report.c) ------------------------------ */
+
+static void describe_chunk(const where *w, san_heap_error *e)
 {
-    if (!w.h) {
-        san_printf(r, "0x%lx is located in the checked heap, in no chunk it can identify\n",
-                   (unsigned long)a);
+    if (!w->h)
         return;
-    }
-    size_t size = w.h->user_size;
-    uintptr_t end = w.user + size;
-    if (a < w.user)
-        san_printf(r, "0x%lx is located %lu bytes before %zu-byte region [0x%lx,0x%lx)\n",
-                   (unsigned long)a, (unsigned long)(w.user - a), size, (unsigned long)w.user,
-                   (unsigned long)end);
-    else if (a >= end)
-        san_printf(r, "0x%lx is located %lu bytes after %zu-byte region [0x%lx,0x%lx)\n",
-                   (unsigned long)a, (unsigned long)(a - end), size, (unsigned long)w.user,
-                   (unsigned long)end);
-    else
-        san_printf(r, "0x%lx is located %lu bytes inside of %zu-byte region [0x%lx,0x%lx)\n",
-                   (unsigned long)a, (unsigned long)(a - w.user), size, (unsigned long)w.user,
-                   (unsigned long)end);
+    const chunk *h = w->h;
+    e->has_chunk = 1;
+    e->chunk = (san_chunk_desc){.user = w->user, .size = h->user_size,
+                                .freed = h->state != ST_LIVE, .alloc_stack = h->alloc_stack,
+                                .free_stack = h->free_stack, .alloc_tid = h->alloc_tid,
+                                .free_tid = h->free_tid};
 }
 
-static void chunk_stacks(san_report *r, const chunk *h)
-{
-    if (h->state != ST_LIVE) {
-        san_printf(r, "freed by thread T%u here:\n", h->free_tid);
-        san_print_depot_trace(r, h->free_stack);
-        san_printf(r, "\n");
-        san_printf(r, "previously allocated by thread T%u here:\n", h->alloc_tid);
-    } else {
-        san_printf(r, "allocated by thread T%u here:\n", h->alloc_tid);
-    }
-    san_print_depot_trace(r, h->alloc_stack);
-    san_printf(r, "\n");
-}
-
-/* "SUMMARY: AddressSanitizer: KIND file:line in function", from the first
- * frame above the entry point. */
-static void summary(san_report *r, const char *kind, uintptr_t pc)
-{
-    char buf[1024];
-    crawl_symbol s;
-    if (crawl_symbolize(pc - 1, &s, buf, sizeof buf) == 0 && s.file)
-        san_printf(r, "SUMMARY: AddressSanitizer: %s %s:%d in %s\n", kind, s.file, s.line,
-                   s.function ? s.function : "?");
-    else if (crawl_symbolize(pc - 1, &s, buf, sizeof buf) == 0 && s.module)
-        san_printf(r, "SUMMARY: AddressSanitizer: %s (%s+0x%lx) in %s\n", kind, s.module,
-                   (unsigned long)s.module_offset + 1, s.function ? s.function : "?");
-    else
-        san_printf(r, "SUMMARY: AddressSanitizer: %s (0x%lx)\n", kind, (unsigned long)pc);
-}
-
-static void shadow_dump(san_report *r, uintptr_t a)
+/* The shadow rows around a's shadow byte, five before and four after. */
+static void describe_shadow(uintptr_t a, san_shadow_desc *sh)
 {
     unsigned char *bad = shadow_of(a);
     unsigned char *row = (unsigned char *)((uintptr_t)bad & ~(uintptr_t)15);
     unsigned char *lo = shadow, *hi = shadow_of((uintptr_t)region + heap_end());
-    san_printf(r, "Shadow bytes around the buggy address:\n");
+    sh->bad = (uintptr_t)bad;
+    sh->nrows = 0;
     for (int k = -5; k <= 4; k++) {
         unsigned char *line = row + k * 16;
         if (line < lo || line >= hi)
             continue;
-        san_printf(r, "%s0x%012lx:", k == 0 ? "=>" : "  ", (unsigned long)(uintptr_t)line);
-        for (int i = 0; i < 16; i++) {
-            unsigned char *b = line + i;
-            char sep = b == bad ? '[' : b == bad + 1 && i > 0 ? ']' : ' ';
-            if (b < hi)
-                san_printf(r, "%c%02x", sep, *b);
-        }
-        san_printf(r, "%s\n", line + 15 == bad ? "]" : "");
+        unsigned n = hi - line < 16 ? (unsigned)(hi - line) : 16;
+        sh->row[sh->nrows].at = (uintptr_t)line;
+        sh->row[sh->nrows].n = n;
+        sh->row[sh->nrows].here = k == 0;
+        memcpy(sh->row[sh->nrows].b, line, n);
+        sh->nrows++;
     }
-    san_printf(r, "Shadow byte legend (one shadow byte represents 8 application bytes):\n"
-                  "  Addressable:           00\n"
-                  "  Partially addressable: 01 02 03 04 05 06 07 \n"
-                  "  Heap left redzone:       fa\n"
-                  "  Heap right redzone:      fb\n"
-                  "  Freed heap region:       fd\n"
-                  "  Poisoned by user:        f7\n");
 }
 
-/* ---- reports ----------------------------------------------------------------------- */
-
-__attribute__((noinline)) static void report_access(const crawl_regs *entry, uintptr_t bad,
-                                                    size_t size, int is_write)
+static void describe_access(uintptr_t bad, size_t size, int is_write, san_heap_error *e)
 {
     unsigned char s = *shadow_of(bad);
     if (s > 0 && s < GRANULE)            /* past a granule's addressable prefix: what follows says */
         s = *shadow_of(bad + GRANULE);
-    const char *kind = s == SH_FREED ? "heap-use-after-free"
-                       : s == SH_USER ? "use-after-poison"
-                                      : "heap-buffer-overflow";
+    *e = (san_heap_error){.kind = SAN_HEAP_BAD_ACCESS, .addr = bad, .access_size = size,
+                          .is_write = is_write, .in_heap = 1, .has_shadow = 1,
+                          .bug = s == SH_FREED ? "heap-use-after-free"
+                                 : s == SH_USER ? "use-after-poison"
+                                                : "heap-buffer-overflow"};
     where w = locate(bad);
-    crawl_regs user;                     /* the frame that made the access */
-    san_first_frame(entry, &user);
-    san_report *r = san_report_begin();
-    san_printf(r, "==%d==ERROR: AddressSanitizer: %s on address 0x%lx at pc 0x%lx bp 0x%lx sp 0x%lx\n",
-               (int)getpid(), kind, (unsigned long)bad, (unsigned long)user.ip,
-               (unsigned long)user.fp, (unsigned long)user.sp);
-    san_printf(r, "%s of size %zu at 0x%lx thread T%u\n", is_write ? "WRITE" : "READ", size,
-               (unsigned long)bad, san_thread_id());
-    san_print_stack_at(r, entry);
-    san_printf(r, "\n");
-    describe_location(r, bad, w);
-    if (w.h)
-        chunk_stacks(r, w.h);
-    summary(r, kind, user.ip);
-    shadow_dump(r, bad);
-    san_report_end(r);
+    describe_chunk(&w, e);
+    describe_shadow(bad, &e->shadow);
+}
+
+/* A free of p: freed is p's chunk when it was freed already (a double
+ * free), NULL when p is no chunk's start (a bad free). */
+static void describe_bad_free(uintptr_t p, chunk *freed, san_heap_error *e)
+{
+    *e = (san_heap_error){.addr = p};
+    if (freed) {
+        e->kind = SAN_HEAP_DOUBLE_FREE;
+        e->bug = "double-free";
+        e->in_heap = 1;
+        describe_chunk(&(where){p, freed}, e);
+    } else {
+        e->kind = SAN_HEAP_BAD_FREE;
+        e->bug = "bad-free";
+        e->in_heap = crawl_heap_owns((void *)p);
+        if (e->in_heap) {
+            where w = locate(p);
+            describe_chunk(&w, e);
+        }
+    }
 }
 
 __attribute__((noinline)) static void report_bad_free(const crawl_regs *entry, uintptr_t p,
                                                       chunk *freed)
 {
-    crawl_regs user;
-    san_first_frame(entry, &user);
-    san_report *r = san_report_begin();
-    if (freed) {
-        san_printf(r, "==%d==ERROR: AddressSanitizer: attempting double-free on 0x%lx in thread T%u:\n",
-                   (int)getpid(), (unsigned long)p, san_thread_id());
-        san_print_stack_at(r, entry);
-        san_printf(r, "\n");
-        describe_location(r, p, (where){p, freed});
-        chunk_stacks(r, freed);
-        summary(r, "double-free", user.ip);
-    } else {
-        san_printf(r, "==%d==ERROR: AddressSanitizer: attempting free on address which was not malloc()-ed: 0x%lx in thread T%u\n",
-                   (int)getpid(), (unsigned long)p, san_thread_id());
-        san_print_stack_at(r, entry);
-        san_printf(r, "\n");
-        if (crawl_heap_owns((void *)p)) {
-            where w = locate(p);
-            describe_location(r, p, w);
-            if (w.h)
-                chunk_stacks(r, w.h);
-        }
-        summary(r, "bad-free", user.ip);
-    }
-    san_report_end(r);
+    san_heap_error e;
+    describe_bad_free(p, freed, &e);
+    san_report_heap_error(entry, &e);
 }
 
 /* ---- the API -------------------------------------------------------------------------- */
@@ -518,9 +456,11 @@ int crawl_heap_check(const void *addr, size_t size, int is_write)
         if (s < GRANULE && last - g < s)
             continue;                                  /* within the addressable prefix */
         uintptr_t bad = s < GRANULE && first - g < s ? g + s : first;
+        san_heap_error e;
+        describe_access(bad, size, is_write, &e);
         crawl_regs entry;
         crawl_capture_regs(&entry);
-        report_access(&entry, bad, size, is_write);
+        san_report_heap_error(&entry, &e);
         __asm__ volatile("" ::: "memory");
         return 1;
     }
