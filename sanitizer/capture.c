@@ -56,7 +56,7 @@ uint32_t crawl_depot_capture(unsigned max_frames, unsigned flags)
     crawl_regs here;
     crawl_capture_regs(&here);
     uint32_t id = san_capture_at(&here, max_frames, flags);
-    __asm__ volatile("" : "+r"(id));    /* keep this frame alive: no tail call */
+    CRAWL__NO_TAIL(id);
     return id;
 }
 

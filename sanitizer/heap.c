@@ -461,8 +461,9 @@ int crawl_heap_check(const void *addr, size_t size, int is_write)
         crawl_regs entry;
         crawl_capture_regs(&entry);
         san_report_heap_error(&entry, &e);
-        __asm__ volatile("" ::: "memory");
-        return 1;
+        int reported = 1;
+        CRAWL__NO_TAIL(reported);
+        return reported;
     }
     return 0;
 }
