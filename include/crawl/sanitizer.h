@@ -69,9 +69,9 @@ CRAWL_API void crawl_depot_print(uint32_t id, int fd);
  * Errors (double free, freeing an address that was not allocated here) are
  * reported; an explicit check reports use after free and overflows. Thread-
  * safe (one lock); not async-signal-safe. */
-CRAWL_API void *crawl_heap_malloc(size_t size);
-CRAWL_API void *crawl_heap_calloc(size_t n, size_t size);
-CRAWL_API void *crawl_heap_realloc(void *p, size_t size);
+CRAWL_API CRAWL_ATTR_MALLOC CRAWL_ATTR_ALLOC_SIZE(1) void *crawl_heap_malloc(size_t size);
+CRAWL_API CRAWL_ATTR_MALLOC CRAWL_ATTR_ALLOC_SIZE2(1, 2) void *crawl_heap_calloc(size_t n, size_t size);
+CRAWL_API CRAWL_ATTR_ALLOC_SIZE(2) void *crawl_heap_realloc(void *p, size_t size);
 CRAWL_API void crawl_heap_free(void *p);
 
 /* Check an access of size bytes at addr (what instrumentation would do for
