@@ -33,7 +33,7 @@ uint32_t san_capture_at(const crawl_regs *from, unsigned max, unsigned flags);
 size_t san_format_trace(const uintptr_t *frames, unsigned n, char *buf, size_t len, int *cut);
 
 /* report.c */
-typedef struct san_report san_report;   /* a report being built (fixed buffer) */
+typedef struct crawl_report san_report; /* a report being built (fixed buffer) */
 san_report *san_report_begin(void);    /* takes the report lock */
 void san_printf(san_report *r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 void san_print_depot_trace(san_report *r, uint32_t id);

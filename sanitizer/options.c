@@ -36,6 +36,7 @@ static const snapshot first = {.o = {
 }};
 static const snapshot *_Atomic current = &first;
 static pthread_once_t once = PTHREAD_ONCE_INIT;
+static atomic_ulong serial;             /* successful sets so far */
 static pthread_mutex_t options_lock = PTHREAD_MUTEX_INITIALIZER;
 
 /* "  key=default" padded to column 26, then the help line; continuation
@@ -192,6 +193,7 @@ static int apply(const char *s)
         if (n) {
             *n = (snapshot){.o = o, .older = old};
             atomic_store_explicit(&current, n, memory_order_release);
+            atomic_fetch_add_explicit(&serial, 1, memory_order_release);
             san_depot_set_budget(o.depot_budget);
         } else {
             rc = -ENOMEM;
@@ -268,4 +270,36 @@ int crawl_sanitizer_get_options(char *buf, size_t len)
 #include "sanitizer/options.def"
 #undef SAN_OPTION
     return snprintf(buf, len, "%s", tmp);
+}
+
+unsigned long crawl_sanitizer_options_serial(void)
+{
+    pthread_once(&once, init);
+    return atomic_load_explicit(&serial, memory_order_acquire);
+}
+
+#define SAN_LONG_FLAG(o, f) (long)(o)->f
+#define SAN_LONG_UINT(o, f) (long)(o)->f
+#define SAN_LONG_POW2(o, f) (long)(o)->f
+#define SAN_LONG_MB(o, f) (long)((o)->f >> 20)
+#define SAN_LONG_PATH(o, f) (-1)
+#define SAN_IS_NUMBER_PATH 0
+#define SAN_IS_NUMBER_FLAG 1
+#define SAN_IS_NUMBER_UINT 1
+#define SAN_IS_NUMBER_POW2 1
+#define SAN_IS_NUMBER_MB 1
+
+int crawl_sanitizer_get_option(const char *key, long *value)
+{
+    if (!key || !value)
+        return -EINVAL;
+    const san_options *o = san_opts();
+#define SAN_OPTION(k, kind, field, def, lo, hi, help)                                          \
+    if (SAN_IS_NUMBER_##kind && strcmp(key, #k) == 0) {                                        \
+        *value = SAN_LONG_##kind(o, field);                                                    \
+        return 0;                                                                              \
+    }
+#include "sanitizer/options.def"
+#undef SAN_OPTION
+    return -ENOENT;
 }

@@ -13,7 +13,7 @@
 
 #include "sanitizer/internal.h"
 
-struct san_report {
+struct crawl_report {
     char text[1 << 16];
     size_t used;
 };
@@ -73,16 +73,21 @@ san_report *san_report_begin(void)
     return &the_report;
 }
 
-void san_printf(san_report *r, const char *fmt, ...)
+static void vprint(san_report *r, const char *fmt, va_list ap)
 {
     if (r->used >= sizeof r->text - 1)
         return;
-    va_list ap;
-    va_start(ap, fmt);
     int n = vsnprintf(r->text + r->used, sizeof r->text - r->used, fmt, ap);
-    va_end(ap);
     if (n > 0)
         r->used += (size_t)n < sizeof r->text - r->used ? (size_t)n : sizeof r->text - r->used - 1;
+}
+
+void san_printf(san_report *r, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vprint(r, fmt, ap);
+    va_end(ap);
 }
 
 void san_print_depot_trace(san_report *r, uint32_t id)
@@ -165,4 +170,42 @@ void san_report_end(san_report *r)
     pthread_mutex_unlock(&report_lock);
     if (halt)
         abort();
+}
+
+/* ---- the public producer API: the same path for reports of other libraries ---- */
+
+crawl_report *crawl_report_begin(void)
+{
+    return san_report_begin();
+}
+
+void crawl_report_printf(crawl_report *r, const char *fmt, ...)
+{
+    if (!r)
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    vprint(r, fmt, ap);
+    va_end(ap);
+}
+
+void crawl_report_trace(crawl_report *r, uint32_t depot_id)
+{
+    if (r)
+        san_print_depot_trace(r, depot_id);
+}
+
+void crawl_report_stack(crawl_report *r)
+{
+    crawl_regs here;
+    crawl_capture_regs(&here);
+    if (r)
+        san_print_stack_at(r, &here);
+    CRAWL__NO_TAIL(r);
+}
+
+void crawl_report_end(crawl_report *r)
+{
+    if (r)
+        san_report_end(r);
 }

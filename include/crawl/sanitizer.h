@@ -128,6 +128,36 @@ CRAWL_API void crawl_set_report_callback(void (*fn)(const char *report, void *ct
 /* Reports emitted so far (with halt_on_error=0). */
 CRAWL_API unsigned long crawl_sanitizer_report_count(void);
 
+/* The value of a numeric option (a size in MB as given, not in bytes):
+ * 0, or -ENOENT for an unknown key or log_path. Thread-safe, no lock. */
+CRAWL_API int crawl_sanitizer_get_option(const char *key, long *value);
+
+/* A number that changes with every successful crawl_sanitizer_set_options
+ * (and CRAWL_OPTIONS or crawl_default_options being read): a library that
+ * caches option values re-reads them when it differs. One atomic load;
+ * async-signal-safe. */
+CRAWL_API unsigned long crawl_sanitizer_options_serial(void);
+
+/* ---- reports of your own ------------------------------------------------------------
+ * The path every crawl report takes, for other diagnostics (crawl-boehm's
+ * GC checks, an embedder's own): a report is built in a fixed 64 KiB
+ * buffer (begin prints the "=====" rule), then end writes it to stderr or
+ * log_path, passes it to the report callback, counts it, and with
+ * halt_on_error=1 adds "==PID==ABORTING" and aborts. begin takes the report
+ * lock and end releases it, so reports never interleave; do not start a
+ * second report in between. Thread-safe; not async-signal-safe
+ * (symbolization allocates). */
+typedef struct crawl_report crawl_report;
+CRAWL_API crawl_report *crawl_report_begin(void);
+CRAWL_API void crawl_report_printf(crawl_report *r, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+/* A depot trace, one "    #N ..." line per frame (or a line saying it was
+ * not recorded). */
+CRAWL_API void crawl_report_trace(crawl_report *r, uint32_t depot_id);
+/* The caller's mixed stack, from the function that calls this. */
+CRAWL_API void crawl_report_stack(crawl_report *r);
+CRAWL_API void crawl_report_end(crawl_report *r);
+
 #ifdef __cplusplus
 }
 #endif

@@ -44,7 +44,8 @@ static void test_sources_in_order(void **state)
     /* CRAWL_OPTIONS=malloc_context_size=5:halt_on_error=0 overrides the program's 12 */
     assert_string_equal(current(), "halt_on_error=0:log_path=stderr:malloc_context_size=5:"
                                    "quarantine_size_mb=8:redzone=64:fast_unwind_on_malloc=0:"
-                                   "depot_budget_mb=256");
+                                   "depot_budget_mb=256:gc_stress=0:gc_verify=0:"
+                                   "gc_poison_collected=0:gc_alloc_stacks=0:gc_quarantine_mb=16");
     assert_int_equal(crawl_sanitizer_set_options("redzone=128::fast_unwind_on_malloc=1:"), 0);
     assert_non_null(strstr(current(), "redzone=128:fast_unwind_on_malloc=1"));
 }
@@ -76,6 +77,30 @@ static void test_bad_strings(void **state)
         assert_string_equal(current(), before);                 /* nothing changed */
     }
     assert_int_equal(crawl_sanitizer_set_options(NULL), -EINVAL);
+}
+
+/* One option's value, for libraries that cache them (crawl-boehm). */
+static void test_get_option_and_serial(void **state)
+{
+    (void)state;
+    long v = -1;
+    unsigned long serial = crawl_sanitizer_options_serial();
+    assert_int_equal(crawl_sanitizer_set_options("gc_stress=7:gc_quarantine_mb=3"), 0);
+    assert_true(crawl_sanitizer_options_serial() != serial);
+    assert_int_equal(crawl_sanitizer_get_option("gc_stress", &v), 0);
+    assert_int_equal(v, 7);
+    assert_int_equal(crawl_sanitizer_get_option("gc_quarantine_mb", &v), 0);
+    assert_int_equal(v, 3);                                  /* as given, not in bytes */
+    assert_int_equal(crawl_sanitizer_get_option("redzone", &v), 0);
+    assert_true(v >= 16);
+    assert_int_equal(crawl_sanitizer_get_option("log_path", &v), -ENOENT);
+    assert_int_equal(crawl_sanitizer_get_option("no_such", &v), -ENOENT);
+    assert_int_equal(crawl_sanitizer_get_option(NULL, &v), -EINVAL);
+    serial = crawl_sanitizer_options_serial();
+    char err[512];
+    assert_int_equal(set_quietly("gc_stress=x", err, sizeof err), -EINVAL);
+    assert_int_equal(crawl_sanitizer_options_serial(), serial);   /* nothing applied */
+    assert_int_equal(crawl_sanitizer_set_options("gc_stress=0:gc_quarantine_mb=16"), 0);
 }
 
 static void test_help(void **state)
@@ -134,6 +159,7 @@ int main(void)
         cmocka_unit_test(test_sources_in_order),
         cmocka_unit_test(test_bad_strings),
         cmocka_unit_test(test_help),
+        cmocka_unit_test(test_get_option_and_serial),
         cmocka_unit_test(test_context_size_applies),
     };
     return cmocka_run_group_tests_name("sanitizer-options", tests, NULL, NULL);
