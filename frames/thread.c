@@ -164,6 +164,12 @@ int crawl_thread_is_attached(void)
     return crawl__self()->attached;
 }
 
+int crawl_thread_number(void)
+{
+    const crawl__thread *th = crawl__self();
+    return th->attached ? (int)th->seq : -ENOENT;
+}
+
 int crawl_thread_stack_bounds(uintptr_t *lo, uintptr_t *hi)
 {
     const crawl__thread *th = crawl__self();

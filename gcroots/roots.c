@@ -26,7 +26,7 @@ static void enum_thread(crawl__thread *th, void *arg)
 {
     enum_state *st = arg;
     int self = th == crawl__self();
-    crawl_cf cf = {.kind = CRAWL_CF_FRAME};
+    crawl_cf cf = {.kind = CRAWL_CF_FRAME, .thread = th->seq};
     crawl_roots sink = {st->fn, st->ctx, &cf};
     unsigned left = th->nframes, depth = 0;
     /* The calling thread's signal stack is asked for (a system call) only

@@ -14,6 +14,7 @@ typedef struct walk {
     void *ctx;
     unsigned flags;
     unsigned depth;
+    unsigned thread;                    /* the walked thread's seq, for crawl_cf_thread */
     unsigned gap;                       /* CRAWL_CF_AFTER_GAP for the next report */
     unsigned frames_left;               /* chain length bound: a cyclic chain is corrupt */
     int corrupt, aborted;
@@ -35,6 +36,7 @@ static void emit(walk *w, crawl_cf *cf)
         return;
     }
     cf->depth = w->depth++;
+    cf->thread = w->thread;
     cf->flags |= w->gap;
     w->gap = 0;
     if (w->fn(cf, w->ctx) != CRAWL_CONTINUE)
@@ -311,7 +313,7 @@ static inline __attribute__((always_inline)) int batch_run(walk *w, unsigned *sk
     unsigned skip = *skip_io;
     fast_entry buf[FAST_BATCH];
     crawl_regs regs = {0};
-    crawl_cf cf = {.kind = CRAWL_CF_NATIVE, .regs = &regs};
+    crawl_cf cf = {.kind = CRAWL_CF_NATIVE, .regs = &regs, .thread = w->thread};
     int st = SW_OK;
     int exact = first_flags != 0;
     while (st == SW_OK && !w->aborted) {
@@ -430,6 +432,7 @@ static crawl_walk_status run_walk(walk *wp, const crawl_regs *regs, unsigned exa
 
     sw_dwarf dwarf;                     /* left uninitialized: libunwind fills it */
     w->frames_left = th->nframes;
+    w->thread = th->seq;
     atomic_signal_fence(memory_order_acquire);
     w->next = th->top;
     const sw_range_table *held = sw_ranges_enter();
@@ -567,3 +570,4 @@ unsigned crawl_cf_flags(const crawl_cf *cf) { return cf->flags; }
 const crawl_regs *crawl_cf_regs(const crawl_cf *cf) { return cf->regs; }
 const crawl_vm_frame *crawl_cf_vm_frame(const crawl_cf *cf) { return cf->vm; }
 const char *crawl_cf_name(const crawl_cf *cf) { return cf->name; }
+unsigned crawl_cf_thread(const crawl_cf *cf) { return cf->thread; }

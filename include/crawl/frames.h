@@ -113,6 +113,11 @@ CRAWL_API void crawl_thread_detach(void);
 /* 1 if the calling thread is attached, else 0. Async-signal-safe. */
 CRAWL_API int crawl_thread_is_attached(void);
 
+/* The calling thread's number: 0, 1, 2... in the order threads first
+ * attached (reports call it T0, T1...; crawl_cf_thread gives it per frame).
+ * -ENOENT if the thread is not attached. Async-signal-safe. */
+CRAWL_API int crawl_thread_number(void);
+
 /* The calling thread's stack as [*lo, *hi). 0, or -ENOENT if not attached.
  * Async-signal-safe. */
 CRAWL_API int crawl_thread_stack_bounds(uintptr_t *lo, uintptr_t *hi);

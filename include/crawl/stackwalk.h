@@ -134,6 +134,7 @@ struct crawl_cf {
     const crawl_regs *regs;
     const crawl_vm_frame *vm;
     const char *name;
+    unsigned thread;                    /* the walked thread's number (T0, T1... as reports say) */
 };
 
 #if defined(CRAWL_BUILDING) || defined(CRAWL_NO_INLINE_ACCESSORS)
@@ -170,6 +171,10 @@ CRAWL_CF_ACCESSOR(const crawl_regs *, crawl_cf_regs, cf->regs)
 CRAWL_CF_ACCESSOR(const crawl_vm_frame *, crawl_cf_vm_frame, cf->vm)
 /* The name of a JIT code range or of a Frame type, else NULL. */
 CRAWL_CF_ACCESSOR(const char *, crawl_cf_name, cf->name)
+/* The number of the thread whose stack or Frames this is: 0, 1, 2... in
+ * the order threads attached (reports call them T0, T1...). Root
+ * enumeration of every thread tells the threads apart by it. */
+CRAWL_CF_ACCESSOR(unsigned, crawl_cf_thread, cf->thread)
 #undef CRAWL_CF_ACCESSOR
 
 /* ---- JIT code ranges ---------------------------------------------------- */

@@ -12,6 +12,7 @@ typedef struct root_rec {
     const crawl_frame_type *type;       /* read during the callback: the Frame may be gone */
     unsigned depth;
     const void *method;
+    unsigned thread;
 } root_rec;
 
 typedef struct roots {
@@ -25,7 +26,7 @@ static void record_root(void **slot, unsigned flags, const crawl_cf *cf, void *c
     if (rs->n < 64)
         rs->r[rs->n++] = (root_rec){slot, flags, crawl_cf_kind(cf), crawl_cf_frame(cf),
                                     crawl_cf_frame(cf)->type, crawl_cf_depth(cf),
-                                    crawl_cf_method(cf)};
+                                    crawl_cf_method(cf), crawl_cf_thread(cf)};
 }
 
 /* An embedder's Frame holding two references. */
@@ -126,6 +127,7 @@ static void test_filters_and_errors(void **state)
  * thread's roots (the way a collector does with the world stopped). */
 static pthread_barrier_t parked, release;
 static holder *other_holder;
+static int other_number;
 
 static void *park_with_roots(void *arg)
 {
@@ -133,6 +135,7 @@ static void *park_with_roots(void *arg)
     holder h = {.a = "other-a", .b = "other-b"};
     crawl_frame_push(&h.frame, &holder_type);
     other_holder = &h;
+    other_number = crawl_thread_number();
     pthread_barrier_wait(&parked);
     pthread_barrier_wait(&release);
     crawl_frame_pop(&h.frame);
@@ -156,9 +159,17 @@ static void test_roots_of_every_thread(void **state)
     pthread_barrier_wait(&release);
     pthread_join(t, NULL);
     int seen_mine = 0, seen_other = 0;
+    int me = crawl_thread_number();
+    assert_true(me >= 0 && other_number >= 0 && me != other_number);
     for (unsigned i = 0; i < rs.n; i++) {
-        seen_mine += rs.r[i].slot == &mine;
-        seen_other += rs.r[i].slot == &other_holder->a || rs.r[i].slot == &other_holder->b;
+        if (rs.r[i].slot == &mine) {
+            seen_mine++;
+            assert_int_equal(rs.r[i].thread, me);             /* roots say whose they are */
+        }
+        if (rs.r[i].slot == &other_holder->a || rs.r[i].slot == &other_holder->b) {
+            seen_other++;
+            assert_int_equal(rs.r[i].thread, other_number);
+        }
     }
     assert_int_equal(seen_mine, 1);
     assert_int_equal(seen_other, 2);

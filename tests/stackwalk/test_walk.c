@@ -35,6 +35,28 @@ static int native_index(const trace *t, const char *name)
     return -1;
 }
 
+/* ---- whose frames ------------------------------------------------------------ */
+
+static crawl_action check_thread(const crawl_cf *cf, void *ctx)
+{
+    int *bad = ctx;
+    *bad += (int)crawl_cf_thread(cf) != crawl_thread_number();
+    return CRAWL_CONTINUE;
+}
+
+static void test_frames_name_their_thread(void **state)
+{
+    (void)state;
+    label_frame f = {.label = "mine"};
+    crawl_frame_push(&f.frame, &t_label_type);
+    int bad = 0;
+    assert_true(crawl_thread_number() >= 0);
+    assert_int_equal(crawl_walk(check_thread, &bad, 0), CRAWL_WALK_DONE);
+    assert_int_equal(crawl_walk(check_thread, &bad, CRAWL_WALK_FAST), CRAWL_WALK_DONE);
+    crawl_frame_pop(&f.frame);
+    assert_int_equal(bad, 0);
+}
+
 /* ---- the first frame ------------------------------------------------------- */
 
 static void test_first_frame_is_the_caller(void **state)
@@ -817,6 +839,7 @@ int main(void)
     crawl_thread_attach();
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_first_frame_is_the_caller),
+        cmocka_unit_test(test_frames_name_their_thread),
         cmocka_unit_test(test_bad_arguments),
         cmocka_unit_test(test_abort_stops_the_walk),
         cmocka_unit_test(test_qsort_interleaving_precise),
