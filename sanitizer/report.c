@@ -195,12 +195,34 @@ void crawl_report_trace(crawl_report *r, uint32_t depot_id)
         san_print_depot_trace(r, depot_id);
 }
 
-void crawl_report_stack(crawl_report *r)
+typedef struct skipping {
+    san_report *r;
+    unsigned skip;                      /* native frames still to leave out */
+    unsigned dropped;                   /* frames left out: #0 is the first printed */
+} skipping;
+
+static crawl_action print_after_skip(const crawl_cf *cf, void *ctx)
+{
+    skipping *s = ctx;
+    if (s->skip) {
+        if (crawl_cf_kind(cf) == CRAWL_CF_NATIVE)
+            s->skip--;
+        s->dropped++;
+        return CRAWL_CONTINUE;
+    }
+    crawl_cf renumbered = *cf;
+    renumbered.depth -= s->dropped;
+    return print_frame(&renumbered, s->r);
+}
+
+void crawl_report_stack(crawl_report *r, unsigned skip)
 {
     crawl_regs here;
     crawl_capture_regs(&here);
-    if (r)
-        san_print_stack_at(r, &here);
+    if (r) {
+        skipping s = {r, skip, 0};
+        sw_walk(&here, 0, 1, print_after_skip, &s, CRAWL_WALK_FUNCTIONS_ONLY);
+    }
     CRAWL__NO_TAIL(r);
 }
 

@@ -6,6 +6,7 @@
 #define CRAWL_BOEHM_H
 
 #include <crawl/gcroots.h>
+#include <crawl/sanitizer.h>
 
 #ifdef __cplusplus
 extern "C" {
@@ -24,6 +25,93 @@ CRAWL_API void crawl_boehm_install(void);
 
 /* Roots pushed by the last collection (for diagnostics and tests). */
 CRAWL_API unsigned long crawl_boehm_last_root_count(void);
+
+/* ---- GC-root diagnostics ----------------------------------------------------
+ * Find the root an embedder forgot. Options are keys of crawl's option
+ * string (CRAWL_OPTIONS, crawl_sanitizer_set_options; help=1 lists them):
+ *   gc_stress=N            collect before every Nth crawl_gc_malloc (0: off)
+ *   gc_verify=1            verify every reported root at every collection
+ *   gc_alloc_stacks=1      record a mixed stack per object crawl_gc_malloc returns
+ *   gc_poison_collected=1  keep collected objects poisoned in a quarantine of
+ *   gc_quarantine_mb=16    this size; crawl_gc_check reports use-after-collect
+ * Reports take crawl's report path (stderr or log_path, the report
+ * callback, halt_on_error) and name their kind with one of the words
+ * use-after-collect, bad-root, double-root, unreported-reference.
+ * The diagnostics need crawl_boehm_install() and objects allocated with
+ * crawl_gc_malloc (allocation stacks, poisoning); roots are checked
+ * whatever allocated their objects. Thread-safe; none is async-signal-safe.
+ * Problems found inside a collection (gc_verify) are reported after it, at
+ * the next crawl_gc_* call on any thread. Boehm sweeps lazily: an
+ * unreachable object enters the quarantine when it is swept, which the
+ * collections crawl-boehm runs itself (gc_stress, crawl_gc_verify, the
+ * census, crawl_gc_why) do for the previous collection's garbage first;
+ * after a plain GC_gcollect it waits for an allocation of its size. */
+
+/* GC_MALLOC, plus: a stress collection (gc_stress), the allocation stack
+ * (gc_alloc_stacks), and the object's entry in the quarantine's bookkeeping
+ * (gc_poison_collected). With every option off it is GC_MALLOC and a few
+ * loads. NULL when Boehm is out of memory. */
+CRAWL_API CRAWL_ATTR_MALLOC CRAWL_ATTR_ALLOC_SIZE(1) void *crawl_gc_malloc(size_t size);
+/* The same for pointer-free objects (GC_MALLOC_ATOMIC). */
+CRAWL_API CRAWL_ATTR_MALLOC CRAWL_ATTR_ALLOC_SIZE(1) void *crawl_gc_malloc_atomic(size_t size);
+
+/* Check an access of size bytes at p: 0 when it is fine or p is not in
+ * the GC heap (NULL included: nothing to check); otherwise a report
+ * (use-after-collect for a collected object, heap-buffer-overflow past an
+ * object crawl_gc_malloc returned) and 1. */
+CRAWL_API int crawl_gc_check(const void *p, size_t size, int is_write);
+
+/* Run a collection that verifies every reported root (bad-root,
+ * double-root), then look for unreported references in the calling
+ * thread's native frames (unreported-reference: a word in a frame's
+ * [sp, CFA) that points to a GC object no reported root, static data or
+ * registered root reaches — alive only because Boehm scans stacks
+ * conservatively). Reports each; returns how many. */
+CRAWL_API unsigned crawl_gc_verify(void);
+
+/* Values that are not references though they sit in reported slots
+ * (tagged integers, say): verification accepts any value fn says is one.
+ * NULL removes it. Thread-safe. */
+CRAWL_API void crawl_gc_set_immediate_fn(int (*fn)(uintptr_t value));
+
+/* One root of the census. Strings point into the record. */
+typedef struct crawl_gc_root {
+    unsigned thread;                    /* T0, T1... */
+    unsigned index;                     /* walk order within the thread: newest Frame first */
+    const void *frame;                  /* the Frame that reported it */
+    char frame_type[48];                /* its type's name */
+    char frame_text[160];               /* its describe() text, or "" */
+    char native[200];                   /* the native frame it lives in (calling thread only), or "" */
+    void **slot;
+    unsigned flags;                     /* CRAWL_ROOT_* */
+    void *value;
+    void *object;                       /* the GC object value points into, or NULL */
+    size_t object_size;
+    uint32_t alloc_stack;               /* depot id (gc_alloc_stacks), or 0 */
+} crawl_gc_root;
+
+/* Every root of every attached thread, thread by thread in walk order,
+ * taken during a collection (the world stopped: a consistent picture).
+ * fn runs after the collection, for each root; returns the count. */
+CRAWL_API unsigned crawl_gc_census_each(void (*fn)(const crawl_gc_root *root, void *ctx),
+                                        void *ctx);
+/* The same as text on fd, one root a line (and the allocation stack under
+ * it when recorded). */
+CRAWL_API void crawl_gc_census(int fd);
+
+/* Why obj is alive: the shortest path from a root to it, each step with
+ * the field offset, printed on fd. Roots in order of preference: slots
+ * reported by Frames, then static data, then words on the calling thread's
+ * stack (named by the native function whose frame holds them); a path
+ * from an earlier kind wins over a shorter one from a later. Heap objects
+ * are traced conservatively (pointer-free objects are not). Returns the
+ * path length (0: obj is itself a root's value), -1 if no root reaches
+ * it, -EINVAL (after a line saying so) for NULL or an address outside
+ * the GC heap. Runs one collection. */
+CRAWL_API int crawl_gc_why(const void *obj, int fd);
+
+/* The allocation stack recorded for obj (its start), or 0. */
+CRAWL_API uint32_t crawl_gc_alloc_stack(const void *obj);
 
 #ifdef __cplusplus
 }

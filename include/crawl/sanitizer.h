@@ -154,8 +154,10 @@ CRAWL_API void crawl_report_printf(crawl_report *r, const char *fmt, ...)
 /* A depot trace, one "    #N ..." line per frame (or a line saying it was
  * not recorded). */
 CRAWL_API void crawl_report_trace(crawl_report *r, uint32_t depot_id);
-/* The caller's mixed stack, from the function that calls this. */
-CRAWL_API void crawl_report_stack(crawl_report *r);
+/* The calling thread's mixed stack, from the function that calls this,
+ * leaving out its first skip native frames (a library's own: skip 1 starts
+ * at that function's caller), and the Frames and activations among them. */
+CRAWL_API void crawl_report_stack(crawl_report *r, unsigned skip);
 CRAWL_API void crawl_report_end(crawl_report *r);
 
 #ifdef __cplusplus

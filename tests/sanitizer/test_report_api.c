@@ -20,7 +20,9 @@ NOINLINE static void report_from_here(uint32_t id)
 {
     crawl_report *r = crawl_report_begin();
     crawl_report_printf(r, "==%d==ERROR: MyChecker: bad-thing on %s\n", 42, "widget");
-    crawl_report_stack(r);
+    crawl_report_stack(r, 0);
+    crawl_report_printf(r, "\nskipping one:\n");
+    crawl_report_stack(r, 1);
     crawl_report_printf(r, "\nrecorded here:\n");
     crawl_report_trace(r, id);
     crawl_report_trace(r, 0xfffffff0u);  /* an id the depot never gave */
@@ -48,6 +50,8 @@ static void test_report_shape(void **state)
         "^==42==ERROR: MyChecker: bad-thing on widget$",
         "^    #0 0x[0-9a-f]+ in report_from_here .*test_report_api.c:[0-9]+$",
         "^    #1 0x[0-9a-f]+ in test_report_shape .*test_report_api.c:[0-9]+$",
+        "^skipping one:$",
+        "^    #0 0x[0-9a-f]+ in test_report_shape .*test_report_api.c:[0-9]+$",
         "^recorded here:$",
         "^    #0 0x[0-9a-f]+ in recorded_here .*test_report_api.c:[0-9]+$",
         "^    #1 0x[0-9a-f]+ in test_report_shape ",
@@ -78,7 +82,7 @@ static void test_null_report_is_ignored(void **state)
     (void)state;
     crawl_report_printf(NULL, "x");
     crawl_report_trace(NULL, 1);
-    crawl_report_stack(NULL);
+    crawl_report_stack(NULL, 0);
     crawl_report_end(NULL);
 }
 

@@ -1,0 +1,119 @@
+/* crawl_gc_verify: the roots, checked by a collection; then the calling
+ * thread's native frames, searched for words that keep GC objects alive
+ * though no reported root, static data or registered root reaches them
+ * (what a move to a precise or compacting collector must fix first). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "gcroots/gc_internal.h"
+
+typedef struct finding {
+    uintptr_t object, slot;
+    size_t size;
+    size_t frame;                       /* index into the frames */
+} finding;
+
+typedef struct scan {
+    gc_graph g;
+    const gc_roots *roots;
+    const gc_frame_rec *frames;
+    size_t nframes;
+    finding *found;
+    size_t nfound, capfound;
+} scan;
+
+GC_SCANS static void static_source(uintptr_t lo, uintptr_t hi, const char *module, void *ctx)
+{
+    (void)module;
+    scan *s = ctx;
+    for (uintptr_t a = lo; a + sizeof(uintptr_t) <= hi; a += sizeof(uintptr_t))
+        gc_graph_source(&s->g, *(const uintptr_t *)a, -1, 0);
+}
+
+static int already(const scan *s, uintptr_t object)
+{
+    for (size_t i = 0; i < s->nfound; i++)
+        if (s->found[i].object == object)
+            return 1;
+    return 0;
+}
+
+/* Under Boehm's lock: everything the precise roots reach, then the frames'
+ * words that point elsewhere in the heap. */
+GC_SCANS static void *GC_CALLBACK find_unreported(void *arg)
+{
+    scan *s = arg;
+    for (size_t i = 0; i < s->roots->n; i++)
+        gc_graph_source(&s->g, (uintptr_t)s->roots->r[i].value, -1, 0);
+    gc_static_ranges(static_source, s);
+    gc_graph_run(&s->g, 0);
+    for (size_t f = 0; f < s->nframes; f++) {
+        const gc_frame_rec *fr = &s->frames[f];
+        if (fr->script || !fr->cfa)
+            continue;
+        for (uintptr_t a = fr->sp; a + sizeof(uintptr_t) <= fr->cfa; a += sizeof(uintptr_t)) {
+            uintptr_t v = *(const uintptr_t *)a;
+            void *base = v >= 4096 ? GC_base((void *)v) : NULL;
+            if (!base || gc_graph_find(&s->g, (uintptr_t)base) >= 0 || already(s, (uintptr_t)base))
+                continue;
+            if (gc_reserve(&s->found, &s->capfound, s->nfound, sizeof *s->found) != 0)
+                return NULL;
+            s->found[s->nfound++] = (finding){(uintptr_t)base, a, GC_size(base), f};
+        }
+    }
+    return NULL;
+}
+
+static const char *script_near(const scan *s, size_t f, int dir)
+{
+    for (size_t i = f; dir < 0 ? i-- > 0 : ++i < s->nframes;)
+        if (s->frames[i].script)
+            return s->frames[i].text;
+    return NULL;
+}
+
+static void report_finding(const scan *s, const finding *x)
+{
+    const gc_frame_rec *fr = &s->frames[x->frame];
+    gc_obj e;
+    size_t size = gc_obj_find(x->object, &e) ? e.size : x->size;   /* as requested */
+    crawl_report *r = crawl_report_begin();
+    crawl_report_printf(r, "==%d==ERROR: crawl-boehm: unreported-reference: %p (%zu-byte object) "
+                           "is alive only through a word the collector scans conservatively\n",
+                        (int)getpid(), (void *)x->object, size);
+    crawl_report_printf(r, "  the word at %p (sp+%lu) in the frame of %s\n", (void *)x->slot,
+                        (unsigned long)(x->slot - fr->sp), fr->text);
+    const char *newer = script_near(s, x->frame, -1), *older = script_near(s, x->frame, +1);
+    if (newer || older)
+        crawl_report_printf(r, "  between script frames: %s (newer) and %s (older)\n",
+                            newer ? newer : "none", older ? older : "none");
+    crawl_report_printf(r, "  no Frame reports a slot holding it, and no static data or "
+                           "reported root reaches it\n");
+    gc_report_object(r, x->object, size);
+    crawl_report_printf(r, "SUMMARY: crawl-boehm: unreported-reference\n");
+    crawl_report_end(r);
+}
+
+unsigned crawl_gc_verify(void)
+{
+    gc_opts_refresh();
+    gc_roots roots;
+    gc_roots_capture(&roots, 1);
+    unsigned problems = gc_flush_pending();
+    scan s = {.roots = &roots};
+    gc_graph_init(&s.g);
+    gc_frame_rec *frames = NULL;
+    s.nframes = gc_stack_frames(&frames, (uintptr_t)__builtin_frame_address(0));
+    s.frames = frames;
+    GC_call_with_alloc_lock(find_unreported, &s);
+    for (size_t i = 0; i < s.nfound; i++)
+        report_finding(&s, &s.found[i]);
+    problems += (unsigned)s.nfound;
+    free(s.found);
+    free(frames);
+    gc_graph_free(&s.g);
+    gc_roots_release(&roots);
+    return problems;
+}
