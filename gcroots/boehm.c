@@ -143,6 +143,7 @@ static void record_root(void **slot, unsigned root_flags, const crawl_cf *cf, vo
         else
             pend_dropped++;
         gc_pending = 1;
+        atomic_store_explicit(&gc_active, 1, memory_order_relaxed);
     }
 }
 
@@ -207,6 +208,7 @@ static void GC_CALLBACK push_crawl_roots(void)
 
 void crawl_boehm_install(void)
 {
+    gc_opts_refresh();                  /* gc_verify applies from the first collection */
     if (installed)
         return;
     previous = GC_get_push_other_roots();
@@ -281,6 +283,7 @@ static void *GC_CALLBACK take_pending(void *arg)
     pend_n = 0;
     pend_dropped = 0;
     gc_pending = 0;
+    gc_update_active();
     return NULL;
 }
 

@@ -5,6 +5,7 @@
 
 #include <crawl/boehm.h>
 #include <gc/gc.h>
+#include <stdatomic.h>
 #include <stdint.h>
 
 /* Functions that read memory conservatively (static data with its
@@ -31,9 +32,14 @@ typedef struct gc_opts {
     int verify, poison, stacks;
     size_t quarantine_bytes;
     unsigned context;                   /* malloc_context_size */
+    int fast;                           /* fast_unwind_on_malloc: frame-pointer stacks */
 } gc_opts;
 extern gc_opts gc_opt;
-void gc_opts_refresh(void);             /* cheap when nothing changed */
+/* Read the options the first time (and register for their changes). */
+void gc_opts_refresh(void);
+/* Nonzero when crawl_gc_malloc must leave its fast path. */
+extern atomic_int gc_active;
+void gc_update_active(void);            /* after gc_opt or gc_pending changed */
 
 /* ---- the object table (gc_objects.c) --------------------------------------
  * What crawl knows of objects crawl_gc_malloc returned, by base address,

@@ -30,7 +30,11 @@
 /* ---- options ----------------------------------------------------------------- */
 
 gc_opts gc_opt;
-static atomic_ulong opts_serial = ~0ul;
+/* Nonzero while any diagnostic is on or reports wait: the allocator's one
+ * check on its fast path. 1 until the options are first read. */
+atomic_int gc_active = 1;
+static pthread_once_t opts_once = PTHREAD_ONCE_INIT;
+static pthread_mutex_t opts_lock = PTHREAD_MUTEX_INITIALIZER;
 
 static long option(const char *key)
 {
@@ -38,18 +42,48 @@ static long option(const char *key)
     return crawl_sanitizer_get_option(key, &v) == 0 ? v : 0;
 }
 
+static void read_options(void)
+{
+    pthread_mutex_lock(&opts_lock);
+    gc_opts o = {.stress = (unsigned long)option("gc_stress"),
+                 .verify = option("gc_verify") != 0,
+                 .poison = option("gc_poison_collected") != 0,
+                 .stacks = option("gc_alloc_stacks") != 0,
+                 .quarantine_bytes = (size_t)option("gc_quarantine_mb") << 20,
+                 .context = (unsigned)option("malloc_context_size"),
+                 .fast = option("fast_unwind_on_malloc") != 0};
+    /* the fields are read without a lock (inside collections too); a
+     * reader racing this sees the old or the new value of each */
+    __atomic_store_n(&gc_opt.stress, o.stress, __ATOMIC_RELAXED);
+    __atomic_store_n(&gc_opt.verify, o.verify, __ATOMIC_RELAXED);
+    __atomic_store_n(&gc_opt.poison, o.poison, __ATOMIC_RELAXED);
+    __atomic_store_n(&gc_opt.stacks, o.stacks, __ATOMIC_RELAXED);
+    __atomic_store_n(&gc_opt.quarantine_bytes, o.quarantine_bytes, __ATOMIC_RELAXED);
+    __atomic_store_n(&gc_opt.context, o.context, __ATOMIC_RELAXED);
+    __atomic_store_n(&gc_opt.fast, o.fast, __ATOMIC_RELAXED);
+    gc_update_active();
+    pthread_mutex_unlock(&opts_lock);
+}
+
+void gc_update_active(void)
+{
+    atomic_store_explicit(&gc_active,
+                          gc_opt.stress || gc_opt.poison || gc_opt.stacks || gc_pending,
+                          memory_order_relaxed);
+}
+
+static void first_read(void)
+{
+    /* libcrawl reads CRAWL_OPTIONS first (it would call the listener from
+     * inside that, with opts_lock taken below) */
+    (void)crawl_sanitizer_options_serial();
+    crawl_sanitizer_on_options_change(read_options);
+    read_options();
+}
+
 void gc_opts_refresh(void)
 {
-    unsigned long serial = crawl_sanitizer_options_serial();
-    if (serial == atomic_load_explicit(&opts_serial, memory_order_acquire))
-        return;
-    gc_opt = (gc_opts){.stress = (unsigned long)option("gc_stress"),
-                       .verify = option("gc_verify") != 0,
-                       .poison = option("gc_poison_collected") != 0,
-                       .stacks = option("gc_alloc_stacks") != 0,
-                       .quarantine_bytes = (size_t)option("gc_quarantine_mb") << 20,
-                       .context = (unsigned)option("malloc_context_size")};
-    atomic_store_explicit(&opts_serial, serial, memory_order_release);
+    pthread_once(&opts_once, first_read);
 }
 
 /* ---- the table ----------------------------------------------------------------- */
@@ -272,10 +306,13 @@ int gc_pointer_free(const void *base)
 
 static atomic_ulong stress_count;
 
-/* Inlined into the two entry points, so the allocation stack's #0 is the
- * entry point and #1 its caller. */
-static inline __attribute__((always_inline)) void *allocate(size_t size, int atomic)
+/* The slow path: stress, then an object of crawl's kinds with its entry.
+ * Called (never tail-called) by the entry points, so the allocation stack,
+ * captured from here, starts at the entry point and then its caller. */
+__attribute__((noinline)) static void *tracked(size_t size, int atomic)
 {
+    crawl_regs here;
+    crawl_capture_regs(&here);
     gc_opts_refresh();
     if (gc_pending)
         gc_flush_pending();
@@ -288,7 +325,9 @@ static inline __attribute__((always_inline)) void *allocate(size_t size, int ato
     void *p = GC_generic_malloc(size ? size : 1, atomic ? kind_atomic : kind_normal);
     if (!p)
         return NULL;
-    uint32_t stack = gc_opt.stacks ? crawl_depot_capture(gc_opt.context, 0) : 0;
+    uint32_t stack = gc_opt.stacks ? crawl_depot_capture_from(&here, gc_opt.context,
+                                                              gc_opt.fast ? CRAWL_WALK_FAST : 0)
+                                   : 0;
     int t = crawl_thread_number();
     pthread_mutex_lock(&table_lock);
     gc_obj *e = insert_locked((uintptr_t)p);
@@ -299,16 +338,21 @@ static inline __attribute__((always_inline)) void *allocate(size_t size, int ato
     return p;
 }
 
+/* The fast path is GC_MALLOC and one load; anything else is tracked(). */
 void *crawl_gc_malloc(size_t size)
 {
-    void *p = allocate(size, 0);
-    __asm__ volatile("" : "+r"(p));      /* this frame is the stack's #0: no tail call */
+    if (__builtin_expect(!atomic_load_explicit(&gc_active, memory_order_relaxed), 1))
+        return GC_MALLOC(size);
+    void *p = tracked(size, 0);
+    __asm__ volatile("" : "+r"(p));      /* not a tail call: this frame is the stack's #0 */
     return p;
 }
 
 void *crawl_gc_malloc_atomic(size_t size)
 {
-    void *p = allocate(size, 1);
+    if (__builtin_expect(!atomic_load_explicit(&gc_active, memory_order_relaxed), 1))
+        return GC_MALLOC_ATOMIC(size);
+    void *p = tracked(size, 1);
     __asm__ volatile("" : "+r"(p));
     return p;
 }

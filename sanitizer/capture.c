@@ -60,6 +60,11 @@ uint32_t crawl_depot_capture(unsigned max_frames, unsigned flags)
     return id;
 }
 
+uint32_t crawl_depot_capture_from(const crawl_regs *regs, unsigned max_frames, unsigned flags)
+{
+    return regs ? san_capture_at(regs, max_frames, flags) : 0;
+}
+
 /* An activation stored in the depot, through its type's describe_method. */
 static int describe_activation(const uintptr_t *w, char *buf, size_t len)
 {

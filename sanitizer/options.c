@@ -37,6 +37,8 @@ static const snapshot first = {.o = {
 static const snapshot *_Atomic current = &first;
 static pthread_once_t once = PTHREAD_ONCE_INIT;
 static atomic_ulong serial;             /* successful sets so far */
+#define MAX_LISTENERS 8
+static void (*_Atomic listeners[MAX_LISTENERS])(void);
 static pthread_mutex_t options_lock = PTHREAD_MUTEX_INITIALIZER;
 
 /* "  key=default" padded to column 26, then the help line; continuation
@@ -202,6 +204,12 @@ static int apply(const char *s)
     pthread_mutex_unlock(&options_lock);
     if (rc == 0 && help)
         print_help();
+    if (rc == 0)
+        for (int i = 0; i < MAX_LISTENERS; i++) {
+            void (*fn)(void) = atomic_load(&listeners[i]);
+            if (fn)
+                fn();
+        }
     return rc;
 }
 
@@ -270,6 +278,19 @@ int crawl_sanitizer_get_options(char *buf, size_t len)
 #include "sanitizer/options.def"
 #undef SAN_OPTION
     return snprintf(buf, len, "%s", tmp);
+}
+
+int crawl_sanitizer_on_options_change(void (*fn)(void))
+{
+    if (!fn)
+        return -EINVAL;
+    for (int i = 0; i < MAX_LISTENERS; i++) {
+        void (*expected)(void) = NULL;
+        if (atomic_load(&listeners[i]) == fn ||
+            atomic_compare_exchange_strong(&listeners[i], &expected, fn))
+            return 0;
+    }
+    return -ENOSPC;
 }
 
 unsigned long crawl_sanitizer_options_serial(void)

@@ -32,6 +32,8 @@ CRAWL_API unsigned long crawl_boehm_last_root_count(void);
  *   gc_stress=N            collect before every Nth crawl_gc_malloc (0: off)
  *   gc_verify=1            verify every reported root at every collection
  *   gc_alloc_stacks=1      record a mixed stack per object crawl_gc_malloc returns
+ *                          (malloc_context_size frames; precise, or by frame
+ *                          pointers with fast_unwind_on_malloc=1)
  *   gc_poison_collected=1  keep collected objects poisoned in a quarantine of
  *   gc_quarantine_mb=16    this size; crawl_gc_check reports use-after-collect
  * Reports take crawl's report path (stderr or log_path, the report

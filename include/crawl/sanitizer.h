@@ -56,6 +56,13 @@ CRAWL_API void crawl_depot_get_stats(crawl_depot_stats *out);
  * capture through a module compiles that module's CFI (allocates). */
 CRAWL_API uint32_t crawl_depot_capture(unsigned max_frames, unsigned flags);
 
+/* The same from registers crawl_capture_regs filled in a function F: the
+ * trace starts at F's caller. For allocators whose stacks should start at
+ * their entry point whatever helper does the capture. 0 for NULL regs.
+ * Same safety as crawl_depot_capture. */
+CRAWL_API uint32_t crawl_depot_capture_from(const crawl_regs *regs, unsigned max_frames,
+                                            unsigned flags);
+
 /* Print trace id, one "    #N 0xPC in function file:line" (native) or
  * "    #N in function file:line" (activation) line each, to fd. Not
  * signal-safe (symbolizes). */
@@ -137,6 +144,12 @@ CRAWL_API int crawl_sanitizer_get_option(const char *key, long *value);
  * caches option values re-reads them when it differs. One atomic load;
  * async-signal-safe. */
 CRAWL_API unsigned long crawl_sanitizer_options_serial(void);
+
+/* Call fn after every successful change of the options (on the thread that
+ * changed them, outside crawl's locks), so a library can re-read the values
+ * it caches instead of checking on its hot path. Idempotent per fn; at
+ * most 8 listeners. 0, -EINVAL for NULL, -ENOSPC when full. Thread-safe. */
+CRAWL_API int crawl_sanitizer_on_options_change(void (*fn)(void));
 
 /* ---- reports of your own ------------------------------------------------------------
  * The path every crawl report takes, for other diagnostics (crawl-boehm's

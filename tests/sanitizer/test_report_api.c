@@ -59,6 +59,38 @@ static void test_report_shape(void **state)
         NULL});
 }
 
+/* crawl_depot_capture_from: registers taken in a helper start the trace at
+ * the helper's caller (an allocator's entry point). */
+NOINLINE static uint32_t helper_captures(void)
+{
+    crawl_regs here;
+    crawl_capture_regs(&here);
+    uint32_t id = crawl_depot_capture_from(&here, 8, 0);
+    T_NO_TAIL();
+    return id;
+}
+
+NOINLINE static uint32_t entry_point(void)
+{
+    uint32_t id = helper_captures();
+    T_NO_TAIL();
+    return id;
+}
+
+static void test_capture_from(void **state)
+{
+    (void)state;
+    assert_int_equal(crawl_depot_capture_from(NULL, 8, 0), 0);
+    uint32_t id = entry_point();
+    crawl_report *r = crawl_report_begin();
+    crawl_report_trace(r, id);
+    crawl_report_end(r);
+    t_expect_lines(last, (const char *const[]){"^    #0 0x[0-9a-f]+ in entry_point ",
+                                              "^    #1 0x[0-9a-f]+ in test_capture_from ",
+                                              NULL});
+    assert_null(strstr(last, "helper_captures"));
+}
+
 static void report_and_halt(void)
 {
     crawl_sanitizer_set_options("halt_on_error=1:log_path=stderr");
@@ -96,6 +128,7 @@ int main(void)
         cmocka_unit_test(test_report_shape),
         cmocka_unit_test(test_halt_on_error_aborts),
         cmocka_unit_test(test_null_report_is_ignored),
+        cmocka_unit_test(test_capture_from),
     };
     return cmocka_run_group_tests_name("report-api", tests, NULL, NULL);
 }
