@@ -189,9 +189,12 @@ static GC_on_collection_event_proc previous_event;
 static void GC_CALLBACK on_event(GC_EventType e)
 {
     if (e == GC_EVENT_START) {
-        /* the thread that triggered it: lock-free, allocation-free capture */
-        starting_stack = crawl_depot_capture(gc_opt.context ? gc_opt.context : 30,
-                                             CRAWL_WALK_SIGNAL_SAFE);
+        /* the thread that triggered it: lock-free, allocation-free capture,
+         * from the collector's frame that called this hook */
+        crawl_regs here;
+        crawl_capture_regs(&here);
+        starting_stack = crawl_depot_capture_from(&here, gc_opt.context ? gc_opt.context : 30,
+                                                  CRAWL_WALK_SIGNAL_SAFE);
         int t = crawl_thread_number();
         starting_tid = t < 0 ? 0 : (unsigned)t;
     } else if (e == GC_EVENT_MARK_END) {

@@ -180,10 +180,8 @@ static crawl_action each_frame(const crawl_cf *cf, void *arg)
     frames_ctx *fc = arg;
     crawl_kind k = crawl_cf_kind(cf);
     int native = k == CRAWL_CF_NATIVE || k == CRAWL_CF_JIT;
-    if (native && crawl_cf_sp(cf) <= fc->above)
-        return CRAWL_CONTINUE;
-    if (!native && fc->last_native < 0)
-        return CRAWL_CONTINUE;           /* a Frame pushed inside the callees */
+    if (crawl_cf_sp(cf) <= fc->above)
+        return CRAWL_CONTINUE;           /* crawl-boehm's own frames, and Frames inside them */
     int script = k == CRAWL_CF_VM ||
                  (k == CRAWL_CF_FRAME && crawl_cf_frame(cf) && crawl_cf_frame(cf)->type &&
                   (crawl_cf_frame(cf)->type->flags & CRAWL_FRAME_FUNCTION));

@@ -18,6 +18,8 @@ extern "C" {
  * one thread; idempotent. Memory that only crawl's roots reach (a VM value
  * stack in mmap'ed memory) then stays alive. Threads must be registered
  * with Boehm (GC_pthread_create or GC_register_my_thread) to be stopped.
+ * Also compiles the CFI of every loaded module (crawl_cfi_cache_warm: a few
+ * ms), so stacks captured inside collections are complete.
  * If a Frame chain is corrupt (its older Frames' roots cannot be reported),
  * the collection stops the process with one line rather than free live
  * objects. */
