@@ -211,18 +211,3 @@ void crawl__transition_link(crawl_transition *t, const crawl_frame_type *type)
                      crawl__type_name(type));
     crawl_frame_push(&t->frame, type);
 }
-
-static int inside(uintptr_t a, size_t size, uintptr_t lo, uintptr_t hi)
-{
-    return hi - lo >= size && a >= lo && a - lo <= hi - lo - size;
-}
-
-int crawl__frame_ok(const crawl_frame *f, const crawl__bounds *b)
-{
-    uintptr_t a = (uintptr_t)f;
-    if (a & (sizeof(void *) - 1))
-        return 0;
-    if (!inside(a, sizeof *f, b->lo, b->hi) && !inside(a, sizeof *f, b->alo, b->ahi))
-        return 0;
-    return crawl__type_known(f->type);
-}

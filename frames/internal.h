@@ -76,11 +76,6 @@ typedef struct crawl__bounds {
  * its last Frame push there recorded. Async-signal-safe. */
 void crawl__thread_bounds(const crawl__thread *th, int self, crawl__bounds *b);
 
-/* The one check before a Frame pointer read from a chain is followed: it is
- * pointer-aligned, lies whole inside b, and has a type crawl_frame_push has
- * seen. A corrupt chain then ends a walk or an enumeration, never faults.
- * Async-signal-safe; reads only f->type. */
-int crawl__frame_ok(const crawl_frame *f, const crawl__bounds *b);
 
 /* Frame types seen by crawl_frame_push, so a walk can refuse a Frame whose
  * type pointer is garbage without dereferencing it. Lock-free. */
@@ -91,6 +86,26 @@ int crawl__type_known(const crawl_frame_type *type);
  * For API misuse and corruption only. Async-signal-safe in practice
  * (vsnprintf of %s/%p/%u, no malloc). */
 _Noreturn void crawl__fatal(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+static inline int crawl__inside(uintptr_t a, size_t size, uintptr_t lo, uintptr_t hi)
+{
+    return hi - lo >= size && a >= lo && a - lo <= hi - lo - size;
+}
+
+/* The one check before a Frame pointer read from a chain is followed: it is
+ * pointer-aligned, lies whole inside b, and has a type crawl_frame_push has
+ * seen. A corrupt chain then ends a walk or an enumeration, never faults.
+ * Async-signal-safe; reads only f->type. Inline: walks and root
+ * enumeration run it once per Frame. */
+static inline int crawl__frame_ok(const crawl_frame *f, const crawl__bounds *b)
+{
+    uintptr_t a = (uintptr_t)f;
+    if (a & (sizeof(void *) - 1))
+        return 0;
+    if (!crawl__inside(a, sizeof *f, b->lo, b->hi) && !crawl__inside(a, sizeof *f, b->alo, b->ahi))
+        return 0;
+    return crawl__type_known(f->type);
+}
 
 /* A Frame type's name, or a placeholder for NULL / unnamed types. */
 const char *crawl__type_name(const crawl_frame_type *type);
