@@ -46,6 +46,28 @@ void segment_leave(vm_state *vm, segment *seg)
         seg->outer->ci_end = seg->outer->v_end = 0;
 }
 
+/* Call a builtin or an FFI function with argc arguments at args (which are
+ * on the value stack, inside a segment: roots while it runs). The one path
+ * for OP_CALL and vm_call. */
+value vm_call_native(vm_state *vm, value f, int argc, value *args)
+{
+    if (is_type(f, T_BUILTIN)) {
+        builtin *b = (builtin *)f;
+        if (argc < b->min_args || (b->max_args >= 0 && argc > b->max_args)) {
+            if (b->min_args == b->max_args)
+                vm_error(vm, "bad arity: %s takes %d argument(s), got %d", b->name, b->min_args,
+                         argc);
+            vm_error(vm, "bad arity: %s takes %s%d argument(s), got %d", b->name,
+                     argc < b->min_args ? "at least " : "at most ",
+                     argc < b->min_args ? b->min_args : b->max_args, argc);
+        }
+        return b->fn(vm, argc, args);
+    }
+    if (is_type(f, T_FFI))
+        return call_ffi(vm, (ffi_obj *)f, argc, args);
+    vm_error(vm, "type error: cannot call %s", type_name(f));
+}
+
 value interp_run(vm_state *vm, uint32_t fn_slot, int argc)
 {
     value *const stack = vm->stack;
@@ -209,23 +231,7 @@ op_CALL: {
         goto call_closure;
     }
     SAVE();
-    value r;
-    if (is_type(f, T_BUILTIN)) {
-        builtin *b = (builtin *)f;
-        if (argc < b->min_args || (b->max_args >= 0 && argc > b->max_args)) {
-            if (b->min_args == b->max_args)
-                vm_error(vm, "bad arity: %s takes %d argument(s), got %d", b->name, b->min_args,
-                         argc);
-            vm_error(vm, "bad arity: %s takes %s%d argument(s), got %d", b->name,
-                     argc < b->min_args ? "at least " : "at most ",
-                     argc < b->min_args ? b->min_args : b->max_args, argc);
-        }
-        r = b->fn(vm, argc, fnp + 1);
-    } else if (is_type(f, T_FFI)) {
-        r = call_ffi(vm, (ffi_obj *)f, argc, fnp + 1);
-    } else {
-        vm_error(vm, "type error: cannot call %s", type_name(f));
-    }
+    value r = vm_call_native(vm, f, argc, fnp + 1);
     *fnp = r;
     sp = fnp + 1;
     NEXT();

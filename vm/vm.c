@@ -118,17 +118,7 @@ value vm_call(vm_state *v, value fn, int argc, const value *argv)
      * runs (it may allocate), so it too runs inside a segment */
     segment seg;
     segment_enter(v, &seg, slot);
-    value r;
-    if (is_type(fn, T_BUILTIN)) {
-        builtin *b = (builtin *)fn;
-        if (argc < b->min_args || (b->max_args >= 0 && argc > b->max_args))
-            vm_error(v, "bad arity: %s got %d argument(s)", b->name, argc);
-        r = b->fn(v, argc, v->stack + slot + 1);
-    } else if (is_type(fn, T_FFI)) {
-        r = call_ffi(v, (ffi_obj *)fn, argc, v->stack + slot + 1);
-    } else {
-        vm_error(v, "type error: cannot call %s", type_name(fn));
-    }
+    value r = vm_call_native(v, fn, argc, v->stack + slot + 1);
     segment_leave(v, &seg);
     v->top = slot;
     return r;

@@ -209,6 +209,9 @@ value call_ffi(vm_state *vm, ffi_obj *f, int argc, value *argv);
 
 /* ---- the interpreter (vm/interp.c) ------------------------------------------- */
 value interp_run(vm_state *vm, uint32_t fn_slot, int argc);
+/* Call a builtin or FFI function (argument checks, the one path for OP_CALL
+ * and vm_call); args are on the value stack, inside a segment. */
+value vm_call_native(vm_state *vm, value f, int argc, value *args);
 /* Push / pop an interpreter segment whose value-stack slots start at v_base
  * (interp_run uses them; so does vm_call around builtins called from C). */
 void segment_enter(vm_state *vm, segment *seg, uint32_t v_base);

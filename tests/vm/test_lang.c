@@ -265,6 +265,25 @@ static void test_vm_call_builtin_roots_its_arguments(void **state)
     free(args);
 }
 
+/* vm_call and OP_CALL share one native-call path: the same checks, the
+ * same words, whether a script or C makes the call. */
+static value b_call_with_none(vm_state *v, int argc, value *argv)
+{
+    (void)argc;
+    return vm_call(v, argv[0], 0, NULL);
+}
+
+static void test_vm_call_and_op_call_say_the_same(void **state)
+{
+    (void)state;
+    vm_def_builtin(vm, "call-with-none", 1, 1, b_call_with_none);
+    expect_error("(call-with-none vector-ref)",
+                 "error: bad arity: vector-ref takes 2 argument(s), got 0");
+    expect_error("(vector-ref)", "error: bad arity: vector-ref takes 2 argument(s), got 0");
+    expect_out("(print (call-with-none +))", "0\n");   /* variadic: no arguments is fine */
+    expect_error("(call-with-none 5)", "error: type error: cannot call integer");
+}
+
 static void test_backtrace_builtin(void **state)
 {
     (void)state;
@@ -291,6 +310,7 @@ int main(void)
         cmocka_unit_test(test_review_regressions),
         cmocka_unit_test(test_deep_nesting_is_refused),
         cmocka_unit_test(test_vm_call_builtin_roots_its_arguments),
+        cmocka_unit_test(test_vm_call_and_op_call_say_the_same),
     };
     return cmocka_run_group_tests_name("crawlvm-language", tests, NULL, NULL);
 }
