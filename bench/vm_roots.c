@@ -7,6 +7,9 @@
 #include <stdlib.h>
 #include <time.h>
 
+#include <crawl/boehm.h>
+
+#include "vm/builtins.h"
 #include "vm/vm.h"
 #include "bench.h"
 
@@ -64,6 +67,7 @@ int main(void)
     crawl_thread_attach();
     crawl_boehm_install();
     vm_state *vm = vm_new();
+    vm_open_libs(vm);
     vm_def_builtin(vm, "time-roots", 0, 0, b_time_roots);
     return vm_eval(vm,
                    "(define (nest k) (let ((a k) (b (vector k))) (if (> k 0) (nest (- k 1)) "

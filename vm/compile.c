@@ -13,8 +13,7 @@
 #include <string.h>
 
 #include "vm/opcodes.h"
-#include "vm/read.h"
-#include "vm/vm.h"
+#include "vm/compile.h"
 
 typedef struct local {
     const char *name;
@@ -497,7 +496,7 @@ static void compile_expr(compiler *c, func *f, const node *n)
             emit(f, INS(OP_CONST, add_const(c, f, FIX(n->ival), n)), 1);
         return;
     case N_STR:
-        emit(f, INS(OP_CONST, add_const(c, f, make_string(n->text, (size_t)n->ival), n)), 1);
+        emit(f, INS(OP_CONST, add_const(c, f, vm_make_string(n->text, (size_t)n->ival), n)), 1);
         return;
     case N_TRUE: emit(f, INS(OP_TRUE, 0), 1); return;
     case N_FALSE: emit(f, INS(OP_FALSE, 0), 1); return;
@@ -588,7 +587,7 @@ static proto *compile_function(compiler *c, func *outer, const char *name, const
     return finish(c, f, form);
 }
 
-proto **compile_program(vm_state *vm, node *forms, const char *file, char *err, size_t errlen)
+proto **vm_compile(vm_state *vm, node *forms, const char *file, char *err, size_t errlen)
 {
     compiler c = {.vm = vm, .file = file, .err = err, .errlen = errlen};
     proto **out = GC_MALLOC((size_t)(forms->nitems + 1) * sizeof *out);

@@ -1,4 +1,4 @@
-/* The interpreter loop.
+/* The interpreter loop, and the Frame type of its segments.
  *
  * VM -> VM calls do not recurse in C: they push a callinfo and keep going.
  * Each entry into this function pushes one interpreter segment Frame that
@@ -8,10 +8,78 @@
  * vm->top and the current pc exact, so the roots a collection sees and the
  * lines a traceback prints are right. */
 #include <gc/gc.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "vm/opcodes.h"
-#include "vm/vm.h"
+#include "vm/builtins.h"
+#include "vm/ffi_bind.h"
+#include "vm/interp.h"
+#include "vm/trace.h"
+
+/* ---- the interpreter segment Frame ----------------------------------------- */
+
+static uint32_t seg_ci_end(const segment *s)
+{
+    return s->ci_end ? s->ci_end : s->vm->nci;
+}
+
+
+/* Activations newest first: callinfos [ci_base, end) backwards. */
+static int seg_next(const crawl_frame *f, crawl_vm_frame *vf)
+{
+    const segment *s = (const segment *)f;
+    uint32_t end = seg_ci_end(s);
+    if (vf->iter >= end - s->ci_base)
+        return 0;
+    const callinfo *ci = &s->vm->ci[end - 1 - vf->iter];
+    vf->method = ci->cl->p;
+    vf->pc = ci->pc;
+    vf->activation = ci;
+    vf->iter++;
+    return 1;
+}
+
+static int seg_describe(const crawl_frame *f, const crawl_vm_frame *vf, char *buf, size_t len)
+{
+    (void)f;
+    const proto *p = vf->method;
+    return snprintf(buf, len, "%s %s:%d", p->name, p->file, vm_proto_line(p, (uint32_t)vf->pc));
+}
+
+/* For stacks stored by the sanitizer's depot: the proto and position are
+ * all that is left. Protos are never collected (see compile.c). */
+static int seg_describe_method(const void *method, uintptr_t pc, char *buf, size_t len)
+{
+    const proto *p = method;
+    return snprintf(buf, len, "%s %s:%d", p->name, p->file, vm_proto_line(p, (uint32_t)pc));
+}
+
+/* Every callinfo's closure and every value-stack slot of this segment. */
+static void seg_roots(crawl_frame *f, crawl_roots *sink)
+{
+    segment *s = (segment *)f;
+    vm_state *v = s->vm;
+    if (v->withhold_roots)
+        return;
+    uint32_t end = seg_ci_end(s);
+    for (uint32_t i = s->ci_base; i < end; i++)
+        crawl_roots_report(sink, (void **)&v->ci[i].cl, 0);
+    uint32_t vend = s->v_end ? s->v_end : v->top;
+    for (uint32_t i = s->v_base; i < vend; i++)
+        crawl_roots_report(sink, (void **)&v->stack[i], 0);
+}
+
+const crawl_frame_type vm_segment_type = {
+    .name = "crawlvm-interpreter",
+    .kind = CRAWL_FRAME_KIND_INTERP,
+    .enum_roots = seg_roots,
+    .vm_next = seg_next,
+    .vm_describe = seg_describe,
+    .describe_method = seg_describe_method,
+};
+
+/* ---- the loop -------------------------------------------------------------------- */
 
 #define SAVE() (vm->top = (uint32_t)(sp - stack), ci->pc = pc)
 #define FAIL(...) (SAVE(), vm_error(vm, __VA_ARGS__))
@@ -19,11 +87,11 @@
 static void check_fix2(vm_state *vm, value a, value b, const char *op)
 {
     if (!IS_FIX(a))
-        vm_error(vm, "type error: %s expects integers, got %s", op, type_name(a));
-    vm_error(vm, "type error: %s expects integers, got %s", op, type_name(b));
+        vm_error(vm, "type error: %s expects integers, got %s", op, vm_type_name(a));
+    vm_error(vm, "type error: %s expects integers, got %s", op, vm_type_name(b));
 }
 
-void segment_enter(vm_state *vm, segment *seg, uint32_t v_base)
+void vm_segment_enter(vm_state *vm, segment *seg, uint32_t v_base)
 {
     *seg = (segment){.vm = vm, .ci_base = vm->nci, .v_base = v_base, .outer = vm->seg};
     if (vm->seg) {                       /* the outer segment now ends where this one starts */
@@ -31,12 +99,12 @@ void segment_enter(vm_state *vm, segment *seg, uint32_t v_base)
         vm->seg->v_end = v_base;
     }
 #ifndef CRAWLVM_NO_FRAMES
-    crawl_frame_push(&seg->frame, &segment_type);
+    crawl_frame_push(&seg->frame, &vm_segment_type);
 #endif
     vm->seg = seg;
 }
 
-void segment_leave(vm_state *vm, segment *seg)
+void vm_segment_leave(vm_state *vm, segment *seg)
 {
 #ifndef CRAWLVM_NO_FRAMES
     crawl_frame_pop(&seg->frame);
@@ -64,15 +132,15 @@ value vm_call_native(vm_state *vm, value f, int argc, value *args)
         return b->fn(vm, argc, args);
     }
     if (is_type(f, T_FFI))
-        return call_ffi(vm, (ffi_obj *)f, argc, args);
-    vm_error(vm, "type error: cannot call %s", type_name(f));
+        return vm_call_ffi(vm, (ffi_obj *)f, argc, args);
+    vm_error(vm, "type error: cannot call %s", vm_type_name(f));
 }
 
-value interp_run(vm_state *vm, uint32_t fn_slot, int argc)
+value vm_interp_run(vm_state *vm, uint32_t fn_slot, int argc)
 {
     value *const stack = vm->stack;
     segment seg;
-    segment_enter(vm, &seg, fn_slot);
+    vm_segment_enter(vm, &seg, fn_slot);
 
     static void *const dispatch[OP__COUNT] = {
 #define X(name) [OP_##name] = &&op_##name,
@@ -272,7 +340,7 @@ op_RET: {
     vm->nci--;
     if (vm->nci == seg.ci_base) {
         vm->top = fn_slot;
-        segment_leave(vm, &seg);
+        vm_segment_leave(vm, &seg);
         return r;
     }
     ci = &vm->ci[vm->nci - 1];

@@ -5,6 +5,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <crawl/boehm.h>
+
+#include "vm/builtins.h"
+#include "vm/trace.h"
 #include "vm/vm.h"
 
 static const char usage[] =
@@ -102,6 +106,7 @@ int main(int argc, char **argv)
         fprintf(stderr, "crawlvm: out of memory\n");
         return 70;
     }
+    vm_open_libs(vm);
 #ifdef CRAWLVM_NO_FRAMES
     vm_push_roots_directly(vm);
 #endif

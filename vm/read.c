@@ -8,7 +8,7 @@
 #include "vm/read.h"
 #include "vm/vm.h"
 
-/* Deeper nesting is refused: the reader, the compiler and free_nodes all
+/* Deeper nesting is refused: the reader, the compiler and vm_free_nodes all
  * recurse on it, on stacks an embedder may have made small. */
 #define MAX_NESTING 10000
 
@@ -200,7 +200,7 @@ static node *read_list(reader *r)
         skip_space(r);
         if (!*r->p) {
             fail(r, line, col, "unclosed '(' (end of file reached)%s", "");
-            free_nodes(list);
+            vm_free_nodes(list);
             return NULL;
         }
         if (*r->p == ')') {
@@ -211,7 +211,7 @@ static node *read_list(reader *r)
         node *item = read_form(r);
         r->depth--;
         if (!item) {
-            free_nodes(list);
+            vm_free_nodes(list);
             return NULL;
         }
         push_item(list, item);
@@ -234,7 +234,7 @@ static node *read_form(reader *r)
     }
 }
 
-node *read_all(const char *src, const char *file, char *err, size_t errlen)
+node *vm_read(const char *src, const char *file, char *err, size_t errlen)
 {
     reader r = {src, src, file, 1, 1, 0, err, errlen, 0};
     node *all = new_node(N_LIST, 1, 1);
@@ -244,19 +244,19 @@ node *read_all(const char *src, const char *file, char *err, size_t errlen)
             return all;
         node *form = read_form(&r);
         if (!form) {
-            free_nodes(all);
+            vm_free_nodes(all);
             return NULL;
         }
         push_item(all, form);
     }
 }
 
-void free_nodes(node *n)
+void vm_free_nodes(node *n)
 {
     if (!n)
         return;
     for (int i = 0; i < n->nitems; i++)
-        free_nodes(n->items[i]);
+        vm_free_nodes(n->items[i]);
     free(n->items);
     free(n->text);
     free(n);

@@ -1,4 +1,4 @@
-/* Errors, tracebacks, fatal signals, and the interpreter segment Frame type. */
+/* Errors, tracebacks and fatal signals. */
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -6,86 +6,11 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "vm/vm.h"
-
-/* ---- the interpreter segment Frame ----------------------------------------- */
-
-static uint32_t seg_ci_end(const segment *s)
-{
-    return s->ci_end ? s->ci_end : s->vm->nci;
-}
-
-static int proto_line(const proto *p, uint32_t pc)
-{
-    return pc > 0 && (int)pc <= p->ncode ? p->lines[pc - 1] : p->line;
-}
-
-/* Activations newest first: callinfos [ci_base, end) backwards. */
-static int seg_next(const crawl_frame *f, crawl_vm_frame *vf)
-{
-    const segment *s = (const segment *)f;
-    uint32_t end = seg_ci_end(s);
-    if (vf->iter >= end - s->ci_base)
-        return 0;
-    const callinfo *ci = &s->vm->ci[end - 1 - vf->iter];
-    vf->method = ci->cl->p;
-    vf->pc = ci->pc;
-    vf->activation = ci;
-    vf->iter++;
-    return 1;
-}
-
-static int seg_describe(const crawl_frame *f, const crawl_vm_frame *vf, char *buf, size_t len)
-{
-    (void)f;
-    const proto *p = vf->method;
-    return snprintf(buf, len, "%s %s:%d", p->name, p->file, proto_line(p, (uint32_t)vf->pc));
-}
-
-/* For stacks stored by the sanitizer's depot: the proto and position are
- * all that is left. Protos are never collected (see compile.c). */
-static int seg_describe_method(const void *method, uintptr_t pc, char *buf, size_t len)
-{
-    const proto *p = method;
-    return snprintf(buf, len, "%s %s:%d", p->name, p->file, proto_line(p, (uint32_t)pc));
-}
-
-/* Every callinfo's closure and every value-stack slot of this segment. */
-static void seg_roots(crawl_frame *f, crawl_roots *sink)
-{
-    segment *s = (segment *)f;
-    vm_state *v = s->vm;
-    if (v->withhold_roots)
-        return;
-    uint32_t end = seg_ci_end(s);
-    for (uint32_t i = s->ci_base; i < end; i++)
-        crawl_roots_report(sink, (void **)&v->ci[i].cl, 0);
-    uint32_t vend = s->v_end ? s->v_end : v->top;
-    for (uint32_t i = s->v_base; i < vend; i++)
-        crawl_roots_report(sink, (void **)&v->stack[i], 0);
-}
-
-const crawl_frame_type segment_type = {
-    .name = "crawlvm-interpreter",
-    .kind = CRAWL_FRAME_KIND_INTERP,
-    .enum_roots = seg_roots,
-    .vm_next = seg_next,
-    .vm_describe = seg_describe,
-    .describe_method = seg_describe_method,
-};
+#include "vm/interp.h"
+#include "vm/trace.h"
 
 /* ---- tracebacks -------------------------------------------------------------- */
 
-static void put(int fd, const char *s, size_t n)
-{
-    while (n) {
-        ssize_t w = write(fd, s, n);
-        if (w <= 0)
-            return;
-        s += w;
-        n -= (size_t)w;
-    }
-}
 
 typedef struct tb {
     int fd;
@@ -106,7 +31,7 @@ static void flush_repeats(tb *t)
         char note[96];
         int n = snprintf(note, sizeof note, "  [previous line repeated %u more times]\n",
                          t->repeats - REPEATS_SHOWN);
-        put(t->fd, note, (size_t)n);
+        vm_write_all(t->fd, note, (size_t)n);
     }
     t->repeats = 0;
 }
@@ -117,7 +42,7 @@ static void emit_line(tb *t, const char *line, size_t n)
     if (strcmp(line, t->last) == 0) {
         if (++t->repeats <= REPEATS_SHOWN && t->printed < MAX_TRACEBACK_LINES) {
             t->printed++;
-            put(t->fd, line, n);
+            vm_write_all(t->fd, line, n);
         }
         return;
     }
@@ -128,7 +53,7 @@ static void emit_line(tb *t, const char *line, size_t n)
         return;
     }
     t->printed++;
-    put(t->fd, line, n);
+    vm_write_all(t->fd, line, n);
 }
 
 static void finish_traceback(tb *t)
@@ -137,7 +62,7 @@ static void finish_traceback(tb *t)
     if (t->omitted) {
         char note[96];
         int n = snprintf(note, sizeof note, "  [... %u more frames not shown]\n", t->omitted);
-        put(t->fd, note, (size_t)n);
+        vm_write_all(t->fd, note, (size_t)n);
     }
 }
 
@@ -152,7 +77,7 @@ static crawl_action tb_frame(const crawl_cf *cf, void *ctx)
     if (crawl_cf_kind(cf) == CRAWL_CF_VM) {
         const proto *p = crawl_cf_method(cf);
         n = snprintf(line, sizeof line, "  %s at %s:%d\n", p->name, p->file,
-                     proto_line(p, (uint32_t)crawl_cf_ip(cf)));
+                     vm_proto_line(p, (uint32_t)crawl_cf_ip(cf)));
     } else {
         crawl_cf_describe(cf, text, sizeof text);
         n = snprintf(line, sizeof line, "  [C] %s\n", text);
@@ -171,8 +96,8 @@ static unsigned traceback_flags(const vm_state *v)
 
 void vm_print_traceback(vm_state *v, int fd, const char *title)
 {
-    put(fd, title, strlen(title));
-    put(fd, "\n", 1);
+    vm_write_all(fd, title, strlen(title));
+    vm_write_all(fd, "\n", 1);
     tb t = {.fd = fd, .skip_to_vm = 1};
     crawl_walk(tb_frame, &t, traceback_flags(v));
     finish_traceback(&t);
@@ -207,8 +132,8 @@ static void on_fatal(int sig, siginfo_t *si, void *uc)
     char head[160];
     int n = snprintf(head, sizeof head, "crawlvm: fatal signal %d (%s) at address %p\n", sig,
                      strsignal(sig), si->si_addr);
-    put(STDERR_FILENO, head, (size_t)n);
-    put(STDERR_FILENO, "Traceback (most recent call first):\n", 36);
+    vm_write_all(STDERR_FILENO, head, (size_t)n);
+    vm_write_all(STDERR_FILENO, "Traceback (most recent call first):\n", 36);
     /* Symbolizing allocates: not async-signal-safe, but the process is
      * dying and this is the report it exists to give. */
     tb t = {.fd = STDERR_FILENO};       /* here the top C frames are the crash */

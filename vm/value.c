@@ -4,9 +4,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "vm/vm.h"
+#include "vm/value.h"
 
-value make_string(const char *s, size_t len)
+value vm_make_string(const char *s, size_t len)
 {
     vstring *v = GC_MALLOC_ATOMIC(sizeof *v + len + 1);
     if (!v) {
@@ -20,7 +20,7 @@ value make_string(const char *s, size_t len)
     return (value)v;
 }
 
-value make_vector(uint32_t len, value init)
+value vm_make_vector(uint32_t len, value init)
 {
     vvector *v = GC_MALLOC(sizeof *v + (size_t)len * sizeof(value));
     if (!v) {
@@ -34,7 +34,7 @@ value make_vector(uint32_t len, value init)
     return (value)v;
 }
 
-const char *type_name(value v)
+const char *vm_type_name(value v)
 {
     if (IS_FIX(v))
         return "integer";
@@ -69,7 +69,7 @@ const char *type_name(value v)
 
 static int format_at(value v, char *buf, size_t len, int quote, int depth, unsigned *left);
 
-int format_value(value v, char *buf, size_t len, int quote)
+int vm_format_value(value v, char *buf, size_t len, int quote)
 {
     unsigned left = MAX_PRINT_ELEMENTS;
     return format_at(v, buf, len, quote, 0, &left);
@@ -126,6 +126,6 @@ static int format_at(value v, char *buf, size_t len, int quote, int depth, unsig
     case T_POINTER:
         return snprintf(buf, len, "#<pointer %p>", ((pointer_obj *)v)->p);
     default:
-        return snprintf(buf, len, "#<%s>", type_name(v));
+        return snprintf(buf, len, "#<%s>", vm_type_name(v));
     }
 }

@@ -6,6 +6,8 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include "vm/compile.h"
+#include "vm/interp.h"
 #include "vm/read.h"
 #include "vm/vm.h"
 
@@ -29,6 +31,17 @@ static void plain_release(void *p) { free(p); }
 
 /* The VM struct is plain malloc memory: its only GC reference, the globals
  * array, is itself an uncollectable (scanned) root. */
+void vm_write_all(int fd, const char *s, size_t n)
+{
+    while (n) {
+        ssize_t w = write(fd, s, n);
+        if (w <= 0)
+            return;
+        s += w;
+        n -= (size_t)w;
+    }
+}
+
 vm_state *vm_new(void)
 {
     vm_state *v = calloc(1, sizeof *v);
@@ -46,7 +59,6 @@ vm_state *vm_new(void)
     v->ci = reserve(CALL_DEPTH * sizeof(callinfo));
     v->alloc = (vm_allocator){plain_alloc, plain_release, NULL};
     v->out_fd = STDOUT_FILENO;
-    install_builtins(v);
     return v;
 }
 
@@ -113,13 +125,13 @@ value vm_call(vm_state *v, value fn, int argc, const value *argv)
         v->stack[slot + 1 + (uint32_t)i] = argv[i];
     v->top = slot + 1 + (uint32_t)argc;
     if (is_type(fn, T_CLOSURE))
-        return interp_run(v, slot, argc);
+        return vm_interp_run(v, slot, argc);
     /* a builtin or native function: its arguments must be roots while it
      * runs (it may allocate), so it too runs inside a segment */
     segment seg;
-    segment_enter(v, &seg, slot);
+    vm_segment_enter(v, &seg, slot);
     value r = vm_call_native(v, fn, argc, v->stack + slot + 1);
-    segment_leave(v, &seg);
+    vm_segment_leave(v, &seg);
     v->top = slot;
     return r;
 }
@@ -129,14 +141,14 @@ value vm_call(vm_state *v, value fn, int argc, const value *argv)
 int vm_eval(vm_state *v, const char *source, const char *file, value *result)
 {
     char err[512];
-    node *forms = read_all(source, file, err, sizeof err);
+    node *forms = vm_read(source, file, err, sizeof err);
     if (!forms) {
         snprintf(v->error, sizeof v->error, "%s", err);
         fprintf(stderr, "%s\n", err);
         return -1;
     }
-    proto **protos = compile_program(v, forms, file, err, sizeof err);
-    free_nodes(forms);
+    proto **protos = vm_compile(v, forms, file, err, sizeof err);
+    vm_free_nodes(forms);
     if (!protos) {
         snprintf(v->error, sizeof v->error, "%s", err);
         fprintf(stderr, "%s\n", err);

@@ -128,7 +128,7 @@ static void check_qsort_traceback(int fast)
     static const char *const precise[] = {
         "^Traceback \\(most recent call first\\):$",
         "^  compare at .*qsort\\.crawl:18$",
-        "^  \\[C\\] interp_run ",
+        "^  \\[C\\] vm_interp_run ",
         "^  \\[C\\] \\[FFI callback into ",
         "^  \\[C\\] closure_entry ",
         "^  \\[C\\] .*libffi",

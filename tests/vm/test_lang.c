@@ -232,19 +232,19 @@ static value b_collect_then_join(vm_state *v, int argc, value *argv)
     for (int i = 0; i < 3; i++)
         GC_gcollect();
     for (int i = 0; i < 200; i++)                 /* reuse what a collection freed */
-        make_vector(4, FIX(i));
+        vm_make_vector(4, FIX(i));
     char buf[64];
     snprintf(buf, sizeof buf, "%s+%s", ((vstring *)argv[0])->s, ((vstring *)argv[1])->s);
     (void)argc;
     (void)v;
-    return make_string(buf, strlen(buf));
+    return vm_make_string(buf, strlen(buf));
 }
 
 NOINLINE static value *fresh_args(void)
 {
     value *args = malloc(2 * sizeof *args);      /* not scanned by Boehm */
-    args[0] = make_string("alpha", 5);
-    args[1] = make_string("beta", 4);
+    args[0] = vm_make_string("alpha", 5);
+    args[1] = vm_make_string("beta", 4);
     return args;
 }
 

@@ -16,6 +16,8 @@ vm_state *test_vm(int install_adapter)
         if (install_adapter)
             crawl_boehm_install();
         vm = vm_new();
+        if (vm)
+            vm_open_libs(vm);
     }
     return vm;
 }

@@ -2,6 +2,9 @@
 #ifndef CRAWLVM_TEST_SUPPORT_H
 #define CRAWLVM_TEST_SUPPORT_H
 
+#include <crawl/boehm.h>
+
+#include "vm/builtins.h"
 #include "vm/vm.h"
 
 typedef struct run_result {

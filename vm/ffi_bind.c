@@ -1,0 +1,214 @@
+/* The FFI builtins: ffi-fn and ffi-callback, and the marshalling between
+ * crawlvm values and C through crawl-ffi (calls inside transition Frames,
+ * callbacks inside entry Frames). */
+#include <gc/gc.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "vm/builtins.h"
+#include "vm/ffi_bind.h"
+
+#define BUILTIN(cname) static value cname(vm_state *vm, int argc, value *argv)
+#define UNUSED_ARGS (void)vm, (void)argc, (void)argv
+
+/* ---- values across the FFI ------------------------------------------------------------------------ */
+
+static value make_pointer(vm_state *vm, void *p)
+{
+    if (!p)
+        return V_NIL;
+    pointer_obj *o = GC_MALLOC(sizeof *o);
+    if (!o)
+        vm_error(vm, "out of memory");
+    o->h.type = T_POINTER;
+    o->p = p;
+    return (value)o;
+}
+
+static void GC_CALLBACK free_ffi(void *o, void *unused)
+{
+    (void)unused;
+    crawl_ffi_free(((ffi_obj *)o)->fn);
+}
+
+BUILTIN(b_ffi_fn)
+{
+    UNUSED_ARGS;
+    const char *lib = argv[0] == V_NIL ? NULL
+                                       : ((vstring *)vm_arg_obj(vm, argv[0], T_STRING, "ffi-fn", "string"))->s;
+    const char *sym = ((vstring *)vm_arg_obj(vm, argv[1], T_STRING, "ffi-fn", "string"))->s;
+    const char *sig = ((vstring *)vm_arg_obj(vm, argv[2], T_STRING, "ffi-fn", "string"))->s;
+    char err[300];
+    crawl_ffi_fn *fn = crawl_ffi_open(lib, sym, sig, err, sizeof err);
+    if (!fn)
+        vm_error(vm, "ffi error: %s", err);
+    ffi_obj *o = GC_MALLOC(sizeof *o);
+    if (!o) {
+        crawl_ffi_free(fn);
+        vm_error(vm, "out of memory");
+    }
+    o->h.type = T_FFI;
+    o->fn = fn;
+    GC_REGISTER_FINALIZER(o, free_ffi, NULL, NULL, NULL);
+    return (value)o;
+}
+
+static crawl_ffi_value to_c(vm_state *vm, value v, char type, const char *fn, int argno)
+{
+    crawl_ffi_value c = {.L = 0};
+    switch (type) {
+    case 'i': case 'u': case 'l': case 'L': case 'z':
+        if (!IS_FIX(v))
+            break;
+        c.l = FIXVAL(v);
+        return c;
+    case 'd':
+        if (!IS_FIX(v))
+            break;
+        c.d = (double)FIXVAL(v);
+        return c;
+    case 's':
+        if (v == V_NIL)
+            return c;
+        if (!is_type(v, T_STRING))
+            break;
+        c.s = ((vstring *)v)->s;
+        return c;
+    case 'p':
+        if (v == V_NIL)
+            return c;
+        if (is_type(v, T_BUFFER)) {
+            if (((buffer_obj *)v)->freed && !vm->alloc.check)
+                vm_error(vm, "ffi error: argument %d of %s is a freed buffer", argno, fn);
+            c.p = ((buffer_obj *)v)->data;
+            return c;
+        }
+        if (is_type(v, T_POINTER)) {
+            c.p = ((pointer_obj *)v)->p;
+            return c;
+        }
+        if (is_type(v, T_CALLBACK)) {
+            c.p = crawl_ffi_closure_code(((callback_obj *)v)->c);
+            return c;
+        }
+        if (is_type(v, T_STRING)) {
+            c.p = ((vstring *)v)->s;
+            return c;
+        }
+        break;
+    }
+    vm_error(vm, "ffi error: argument %d of %s must be %s, got %s", argno, fn,
+             type == 's' ? "a string or nil"
+             : type == 'p' ? "a buffer, pointer, callback, string or nil"
+                           : "an integer",
+             vm_type_name(v));
+}
+
+static value from_c(vm_state *vm, crawl_ffi_value c, char type, const char *who)
+{
+    switch (type) {
+    case 'v': return V_NIL;
+    case 'i': return FIX(c.i);
+    case 'u': return FIX(c.u);
+    case 'l': return vm_int_result(vm, c.l, who);
+    case 'L':
+    case 'z':
+        if (c.L > (unsigned long)FIX_MAX)
+            vm_error(vm, "ffi error: result of %s does not fit in an integer", who);
+        return FIX((intptr_t)c.L);
+    case 'd':
+        /* crawlvm has integers only: truncate, where that is defined (a NaN
+         * or an out-of-range double converted to an integer is not) */
+        if (!(c.d >= (double)FIX_MIN && c.d < (double)FIX_MAX + 1.0))
+            vm_error(vm, "ffi error: result of %s (%g) is not a number in the integer range",
+                     who, c.d);
+        return vm_int_result(vm, (long long)c.d, who);
+    case 's': return c.s ? vm_make_string(c.s, strlen(c.s)) : V_NIL;
+    default: return make_pointer(vm, c.p);
+    }
+}
+
+value vm_call_ffi(vm_state *vm, ffi_obj *f, int argc, value *argv)
+{
+    const char *name = crawl_ffi_name(f->fn);
+    unsigned n = crawl_ffi_nargs(f->fn);
+    if ((unsigned)argc != n)
+        vm_error(vm, "bad arity: native %s takes %u argument(s), got %d", name, n, argc);
+    crawl_ffi_value args[CRAWL_FFI_MAX_ARGS], ret = {.L = 0};
+    for (unsigned i = 0; i < n; i++)
+        args[i] = to_c(vm, argv[i], crawl_ffi_arg_type(f->fn, i), name, (int)i + 1);
+    crawl_ffi_call(f->fn, &ret, args);
+    return from_c(vm, ret, crawl_ffi_ret_type(f->fn), name);
+}
+
+/* C called a callback: run its VM closure (in a new interpreter segment). */
+/* Native code that calls back into the VM, which calls native code again...
+ * recurses in C: stop with a script error while some stack is left. */
+#define CALLBACK_STACK_RESERVE (256 * 1024)
+
+static void callback_handler(const crawl_ffi_closure *c, crawl_ffi_value *ret,
+                             const crawl_ffi_value *args, void *user)
+{
+    callback_obj *cb = user;
+    vm_state *vm = cb->handle->vm;
+    if (!vm) {
+        static const char msg[] = "crawlvm: a callback was called after its VM was freed; "
+                                  "returning 0\n";
+        ssize_t w = write(STDERR_FILENO, msg, sizeof msg - 1);
+        (void)w;
+        memset(ret, 0, sizeof *ret);
+        return;
+    }
+    uintptr_t lo, hi, here = (uintptr_t)&lo;
+    if (crawl_thread_stack_bounds(&lo, &hi) == 0 && here - lo < CALLBACK_STACK_RESERVE)
+        vm_error(vm, "stack overflow (native code and callbacks nested too deep)");
+    value argv[CRAWL_FFI_MAX_ARGS];
+    unsigned n = crawl_ffi_closure_nargs(c);
+    for (unsigned i = 0; i < n; i++)
+        argv[i] = from_c(vm, args[i], crawl_ffi_closure_arg_type(c, i), "callback");
+    value r = vm_call(vm, cb->closure, (int)n, argv);
+    char rt = crawl_ffi_closure_ret_type(c);
+    if (rt != 'v')
+        *ret = to_c(vm, r, rt, "the callback's result", 0);
+}
+
+static void GC_CALLBACK free_callback(void *o, void *unused)
+{
+    (void)unused;
+    crawl_ffi_closure_free(((callback_obj *)o)->c);
+}
+
+BUILTIN(b_ffi_callback)
+{
+    UNUSED_ARGS;
+    if (!is_type(argv[0], T_CLOSURE))
+        vm_error(vm, "type error: ffi-callback expects a function, got %s", vm_type_name(argv[0]));
+    const char *sig = ((vstring *)vm_arg_obj(vm, argv[1], T_STRING, "ffi-callback", "string"))->s;
+    callback_obj *cb = GC_MALLOC(sizeof *cb);
+    if (!cb)
+        vm_error(vm, "out of memory");
+    cb->h.type = T_CALLBACK;
+    cb->closure = argv[0];
+    cb->handle = vm->handle;
+    char err[300];
+    /* the closure's user pointer is not seen by Boehm: the script keeps cb alive */
+    cb->c = crawl_ffi_closure_new(sig, callback_handler, cb, ((closure *)argv[0])->p, err, sizeof err);
+    if (!cb->c)
+        vm_error(vm, "ffi error: %s", err);
+    GC_REGISTER_FINALIZER(cb, free_callback, NULL, NULL, NULL);
+    return (value)cb;
+}
+
+
+static const vm_reg ffi_lib[] = {
+    {"ffi-fn", 3, 3, b_ffi_fn},
+    {"ffi-callback", 2, 2, b_ffi_callback},
+    {NULL, 0, 0, NULL},
+};
+
+void vm_open_ffi(vm_state *vm)
+{
+    vm_register(vm, ffi_lib);
+}
