@@ -213,9 +213,6 @@ void crawl_boehm_install(void)
         return;
     previous = GC_get_push_other_roots();
     GC_set_push_other_roots(push_crawl_roots);
-    /* Collection stacks are captured inside collections, where only
-     * compiled CFI may be used: compile every loaded module's now. */
-    crawl_cfi_cache_warm();
     installed = 1;
 }
 

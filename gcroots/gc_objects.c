@@ -63,6 +63,12 @@ static void read_options(void)
     __atomic_store_n(&gc_opt.fast, o.fast, __ATOMIC_RELAXED);
     gc_update_active();
     pthread_mutex_unlock(&opts_lock);
+    /* Collection stacks (gc_poison_collected) are captured inside
+     * collections, where only compiled CFI may be used: compile every
+     * loaded module's now, once (milliseconds; not paid otherwise). */
+    static atomic_int warmed;
+    if (o.poison && !atomic_exchange(&warmed, 1))
+        crawl_cfi_cache_warm();
 }
 
 void gc_update_active(void)

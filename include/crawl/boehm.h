@@ -18,8 +18,6 @@ extern "C" {
  * one thread; idempotent. Memory that only crawl's roots reach (a VM value
  * stack in mmap'ed memory) then stays alive. Threads must be registered
  * with Boehm (GC_pthread_create or GC_register_my_thread) to be stopped.
- * Also compiles the CFI of every loaded module (crawl_cfi_cache_warm: a few
- * ms), so stacks captured inside collections are complete.
  * If a Frame chain is corrupt (its older Frames' roots cannot be reported),
  * the collection stops the process with one line rather than free live
  * objects. */
@@ -37,6 +35,8 @@ CRAWL_API unsigned long crawl_boehm_last_root_count(void);
  *                          (malloc_context_size frames; precise, or by frame
  *                          pointers with fast_unwind_on_malloc=1)
  *   gc_poison_collected=1  keep collected objects poisoned in a quarantine of
+ *                          (turning it on compiles every loaded module's CFI
+ *                          once, a few ms, for the collection stacks)
  *   gc_quarantine_mb=16    this size; crawl_gc_check reports use-after-collect
  * Reports take crawl's report path (stderr or log_path, the report
  * callback, halt_on_error) and name their kind with one of the words
