@@ -78,21 +78,46 @@ static void *map(size_t bytes)
     return p == MAP_FAILED ? NULL : p;
 }
 
-/* 1 if slot was reported before in this collection. */
+static size_t seen_n;                   /* slots in the set */
+
+static size_t seen_slot(const uintptr_t *set, size_t cap, uintptr_t k)
+{
+    size_t i = (size_t)((k >> 3) * 0x9e3779b97f4a7c15ull >> 11) & (cap - 1);
+    while (set[i] != 0 && set[i] != k)
+        i = (i + 1) & (cap - 1);
+    return i;
+}
+
+/* Double the set (mmap: no malloc with the world stopped). */
+static int seen_grow(void)
+{
+    size_t cap = seen_cap ? seen_cap * 2 : 4096;
+    uintptr_t *set = map(cap * sizeof *set);
+    if (!set)
+        return -1;
+    for (size_t i = 0; i < seen_cap; i++)
+        if (seen[i])
+            set[seen_slot(set, cap, seen[i])] = seen[i];
+    if (seen)
+        munmap(seen, seen_cap * sizeof *seen);
+    seen = set;
+    seen_cap = cap;
+    return 0;
+}
+
+/* 1 if slot was reported before in this collection. The set grows with
+ * the roots (a collection may see many more than the last one did). */
 static int seen_before(void **slot)
 {
-    if (!seen)
-        return 0;
+    if ((seen_n + 1) * 2 > seen_cap && seen_grow() != 0)
+        return 0;                        /* out of memory: no double-root check */
     uintptr_t k = (uintptr_t)slot;
-    for (size_t i = (size_t)((k >> 3) * 0x9e3779b97f4a7c15ull >> 11) & (seen_cap - 1);;
-         i = (i + 1) & (seen_cap - 1)) {
-        if (seen[i] == k)
-            return 1;
-        if (seen[i] == 0) {
-            seen[i] = k;
-            return 0;
-        }
-    }
+    size_t i = seen_slot(seen, seen_cap, k);
+    if (seen[i] == k)
+        return 1;
+    seen[i] = k;
+    seen_n++;
+    return 0;
 }
 
 static int check_root(gc_root_rec *r)
@@ -158,17 +183,9 @@ static void prepare_recording(void)
         recs_cap = recs ? want : 0;
     }
     recs_n = 0;
-    size_t cap = 1;
-    while (cap < want * 2)
-        cap <<= 1;
-    if (cap > seen_cap) {
-        if (seen)
-            munmap(seen, seen_cap * sizeof *seen);
-        seen = map(cap * sizeof *seen);
-        seen_cap = seen ? cap : 0;
-    } else if (seen) {
+    if (seen)
         memset(seen, 0, seen_cap * sizeof *seen);
-    }
+    seen_n = 0;
     if (!pend)
         pend = map(MAX_PENDING * sizeof *pend);
 }

@@ -312,6 +312,44 @@ static void test_verify_at_every_collection(void **state)
     verify_every_collection();
 }
 
+/* A collection that sees far more roots than the one before it: the
+ * double-root set grows inside the collection (it used to fill up and spin
+ * forever with the world stopped). */
+#define MANY 20000
+typedef struct many {
+    crawl_frame frame;
+    void *slot[MANY];
+} many;
+
+static void many_roots(crawl_frame *f, crawl_roots *sink)
+{
+    for (int i = 0; i < MANY; i++)
+        crawl_roots_report(sink, &((many *)f)->slot[i], 0);
+}
+
+static const crawl_frame_type many_type = {.name = "many", .enum_roots = many_roots};
+
+static void test_verify_many_more_roots(void **state)
+{
+    (void)state;
+    clear_reports();
+    assert_int_equal(crawl_sanitizer_set_options("gc_verify=1"), 0);
+    (void)crawl_gc_malloc(8);            /* reads the option */
+    GC_gcollect();                       /* a verifying collection with few roots */
+    {
+        many local;                      /* a Frame lives on the stack: 160 KiB */
+        for (int i = 0; i < MANY; i++)
+            local.slot[i] = i % 2 ? crawl_gc_malloc(16) : NULL;
+        crawl_frame_push(&local.frame, &many_type);
+        GC_gcollect();                   /* 20,000 more roots than the last one saw */
+        (void)crawl_gc_malloc(8);        /* reports what it found: nothing */
+        crawl_frame_pop(&local.frame);
+    }
+    assert_int_equal(crawl_sanitizer_set_options("gc_verify=0"), 0);
+    assert_int_equal(nreports, 0);
+    assert_true(crawl_boehm_last_root_count() >= MANY);
+}
+
 /* ---- unreported references -------------------------------------------------------- */
 
 NOINLINE static void *correct_code(void *unused)
@@ -499,6 +537,7 @@ int main(void)
         cmocka_unit_test(test_why),
         cmocka_unit_test(test_verify_planted_bugs),
         cmocka_unit_test(test_verify_at_every_collection),
+        cmocka_unit_test(test_verify_many_more_roots),
         cmocka_unit_test(test_verify_silent_on_correct_code),
         cmocka_unit_test(test_unreported_reference),
         cmocka_unit_test(test_gc_stress),
