@@ -23,7 +23,10 @@ static crawl_action note_home(const crawl_cf *cf, void *ctx)
 {
     homes *hs = ctx;
     crawl_kind k = crawl_cf_kind(cf);
-    if (k == CRAWL_CF_FRAME) {
+    /* a Frame, or the Frame hosting VM activations (an interpreter segment:
+     * one entry for all its activations) */
+    if ((k == CRAWL_CF_FRAME || k == CRAWL_CF_VM) &&
+        !(hs->n && hs->h[hs->n - 1].frame == crawl_cf_frame(cf))) {
         if (gc_reserve(&hs->h, &hs->cap, hs->n, sizeof *hs->h) != 0)
             return CRAWL_ABORT;
         hs->h[hs->n].frame = crawl_cf_frame(cf);

@@ -307,6 +307,11 @@ void gc_collect(void)
     GC_try_to_collect(never_stop);
 }
 
+void crawl_gc_collect(void)
+{
+    gc_collect();
+}
+
 int gc_pointer_free(const void *base)
 {
     int kind = GC_get_kind_and_size(base, NULL);

@@ -31,6 +31,11 @@ value vm_int_result(vm_state *vm, long long n, const char *who)
 
 void *vm_arg_obj(vm_state *vm, value v, otype t, const char *who, const char *what)
 {
+#ifndef CRAWLVM_NO_FRAMES
+    /* a collected object (a missing root) is reported before its type is read */
+    if (vm->check_objects && IS_OBJ(v))
+        crawl_gc_check((const void *)v, sizeof(obj), 0);
+#endif
     if (!is_type(v, t))
         vm_error(vm, "type error: %s expects a %s, got %s", who, what, vm_type_name(v));
     return (void *)v;
@@ -229,7 +234,7 @@ BUILTIN(b_string_append)
     size_t len = 0;
     for (int i = 0; i < argc; i++)
         len += ((vstring *)vm_arg_obj(vm, argv[i], T_STRING, "string-append", "string"))->len;
-    vstring *s = GC_MALLOC_ATOMIC(sizeof *s + len + 1);
+    vstring *s = VM_ALLOC_ATOMIC(sizeof *s + len + 1);
     if (!s)
         vm_error(vm, "out of memory");
     s->h.type = T_STRING;
@@ -268,6 +273,10 @@ static value *vector_slot(vm_state *vm, value *argv, const char *who)
     if (i < 0 || (uintptr_t)i >= v->len)
         vm_error(vm, "index out of range: %s index %ld of a %u-element vector", who, (long)i,
                  v->len);
+#ifndef CRAWLVM_NO_FRAMES
+    if (vm->check_objects)
+        crawl_gc_check(&v->items[i], sizeof(value), 0);
+#endif
     return &v->items[i];
 }
 
@@ -321,7 +330,11 @@ BUILTIN(b_gc)
 {
     UNUSED_ARGS;
     (void)vm;
+#ifdef CRAWLVM_NO_FRAMES
     GC_gcollect();
+#else
+    crawl_gc_collect();                  /* also sweeps: collected objects reach the quarantine */
+#endif
     return V_NIL;
 }
 
@@ -331,6 +344,27 @@ BUILTIN(b_gc_count)
     (void)vm;
     return FIX((intptr_t)GC_get_gc_no());
 }
+
+#ifndef CRAWLVM_NO_FRAMES
+/* (gc-roots): crawl-boehm's census of every root, on the VM's output. */
+BUILTIN(b_gc_roots)
+{
+    UNUSED_ARGS;
+    crawl_gc_census(vm->out_fd);
+    return V_NIL;
+}
+
+/* (gc-why obj): why obj is alive, on the VM's output; the path length, or
+ * -1 when no root reaches it. */
+BUILTIN(b_gc_why)
+{
+    UNUSED_ARGS;
+    if (!IS_OBJ(argv[0]))
+        vm_error(vm, "type error: gc-why expects an object, got %s", vm_type_name(argv[0]));
+    int rc = crawl_gc_why((const void *)argv[0], vm->out_fd);
+    return FIX(rc < 0 ? -1 : rc);
+}
+#endif
 
 /* ---- native buffers (raw memory for the FFI) ------------------------------------ */
 
@@ -347,7 +381,7 @@ BUILTIN(b_make_buffer)
     intptr_t n = vm_arg_int(vm, argv[0], "make-buffer");
     if (n < 0 || n > (1L << 32))
         vm_error(vm, "make-buffer: bad size %ld", (long)n);
-    buffer_obj *b = GC_MALLOC(sizeof *b);
+    buffer_obj *b = VM_ALLOC(sizeof *b);
     if (!b)
         vm_error(vm, "out of memory");
     b->h.type = T_BUFFER;
@@ -437,7 +471,7 @@ BUILTIN(b_peek_i32)
 
 void vm_def_builtin(vm_state *vm, const char *name, int min, int max, builtin_fn fn)
 {
-    builtin *b = GC_MALLOC(sizeof *b);
+    builtin *b = VM_ALLOC(sizeof *b);
     if (!b) {
         fprintf(stderr, "crawlvm: out of memory\n");
         exit(70);
@@ -492,6 +526,10 @@ static const vm_reg base_lib[] = {
     {"backtrace", 0, 0, b_backtrace},
     {"gc", 0, 0, b_gc},
     {"gc-count", 0, 0, b_gc_count},
+#ifndef CRAWLVM_NO_FRAMES
+    {"gc-roots", 0, 0, b_gc_roots},
+    {"gc-why", 1, 1, b_gc_why},
+#endif
     {"make-buffer", 1, 1, b_make_buffer},
     {"buffer-free", 1, 1, b_buffer_free},
     {"buffer-size", 1, 1, b_buffer_size},

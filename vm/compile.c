@@ -72,7 +72,7 @@ __attribute__((format(printf, 3, 4))) _Noreturn static void cerror(compiler *c, 
 static void *grow(void *p, int *cap, size_t elem, int atomic)
 {
     int ncap = *cap ? *cap * 2 : 16;
-    void *q = atomic ? GC_MALLOC_ATOMIC((size_t)ncap * elem) : GC_MALLOC((size_t)ncap * elem);
+    void *q = atomic ? VM_ALLOC_ATOMIC((size_t)ncap * elem) : VM_ALLOC((size_t)ncap * elem);
     if (!q) {
         fprintf(stderr, "crawlvm: out of memory\n");
         exit(70);
@@ -561,7 +561,7 @@ static proto *finish(compiler *c, func *f, const node *at)
     p->consts = f->consts;
     p->nconsts = f->nconsts;
     p->maxstack = f->maxslots + f->maxdepth + 1;
-    p->captures = GC_MALLOC_ATOMIC((size_t)(f->nfree ? f->nfree : 1) * sizeof(uint32_t));
+    p->captures = VM_ALLOC_ATOMIC((size_t)(f->nfree ? f->nfree : 1) * sizeof(uint32_t));
     if (!p->name || !p->file || !p->captures)
         cerror(c, at, "out of memory");
     for (int i = 0; i < f->nfree; i++)
@@ -590,7 +590,7 @@ static proto *compile_function(compiler *c, func *outer, const char *name, const
 proto **vm_compile(vm_state *vm, node *forms, const char *file, char *err, size_t errlen)
 {
     compiler c = {.vm = vm, .file = file, .err = err, .errlen = errlen};
-    proto **out = GC_MALLOC((size_t)(forms->nitems + 1) * sizeof *out);
+    proto **out = VM_ALLOC((size_t)(forms->nitems + 1) * sizeof *out);
     if (!out) {
         snprintf(err, errlen, "out of memory");
         return NULL;

@@ -19,7 +19,7 @@ static value make_pointer(vm_state *vm, void *p)
 {
     if (!p)
         return V_NIL;
-    pointer_obj *o = GC_MALLOC(sizeof *o);
+    pointer_obj *o = VM_ALLOC(sizeof *o);
     if (!o)
         vm_error(vm, "out of memory");
     o->h.type = T_POINTER;
@@ -44,7 +44,7 @@ BUILTIN(b_ffi_fn)
     crawl_ffi_fn *fn = crawl_ffi_open(lib, sym, sig, err, sizeof err);
     if (!fn)
         vm_error(vm, "ffi error: %s", err);
-    ffi_obj *o = GC_MALLOC(sizeof *o);
+    ffi_obj *o = VM_ALLOC(sizeof *o);
     if (!o) {
         crawl_ffi_free(fn);
         vm_error(vm, "out of memory");
@@ -186,7 +186,7 @@ BUILTIN(b_ffi_callback)
     if (!is_type(argv[0], T_CLOSURE))
         vm_error(vm, "type error: ffi-callback expects a function, got %s", vm_type_name(argv[0]));
     const char *sig = ((vstring *)vm_arg_obj(vm, argv[1], T_STRING, "ffi-callback", "string"))->s;
-    callback_obj *cb = GC_MALLOC(sizeof *cb);
+    callback_obj *cb = VM_ALLOC(sizeof *cb);
     if (!cb)
         vm_error(vm, "out of memory");
     cb->h.type = T_CALLBACK;

@@ -60,11 +60,11 @@ static void seg_roots(crawl_frame *f, crawl_roots *sink)
 {
     segment *s = (segment *)f;
     vm_state *v = s->vm;
-    if (v->withhold_roots)
-        return;
     uint32_t end = seg_ci_end(s);
     for (uint32_t i = s->ci_base; i < end; i++)
         crawl_roots_report(sink, (void **)&v->ci[i].cl, 0);
+    if (v->withhold_roots)
+        return;                          /* tests: the values die, the running code does not */
     uint32_t vend = s->v_end ? s->v_end : v->top;
     for (uint32_t i = s->v_base; i < vend; i++)
         crawl_roots_report(sink, (void **)&v->stack[i], 0);
@@ -275,7 +275,7 @@ op_MUL: {
 op_CLOSURE: {
     proto *p = (proto *)consts[INS_ARG(ins)];
     SAVE();
-    closure *c = GC_MALLOC(sizeof *c + (size_t)p->nfree * sizeof(value));
+    closure *c = VM_ALLOC(sizeof *c + (size_t)p->nfree * sizeof(value));
     if (!c)
         FAIL("out of memory");
     c->h.type = T_CLOSURE;

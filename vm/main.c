@@ -14,13 +14,17 @@
 static const char usage[] =
     "usage: crawlvm [options] FILE\n"
     "       crawlvm [options] -e EXPR\n"
-    "Runs a crawlvm script (an s-expression language; see README.md).\n"
+    "Runs a crawlvm script (an s-expression language; see README.md, installed\n"
+    "in share/doc/crawl/ beside bin/).\n"
     "  -e EXPR      evaluate EXPR instead of a file\n"
     "  --native     show the C frames between script frames in tracebacks\n"
     "  --fast       walk stacks with frame pointers instead of DWARF CFI\n"
     "  --gc-stats   print collector statistics at exit\n"
-    "  --sanitize   native buffers on crawl's checked heap: AddressSanitizer-style\n"
-    "               reports with script frames (options: CRAWL_OPTIONS)\n"
+    "  --sanitize   native buffers on crawl's checked heap, VM objects checked on\n"
+    "               access (use-after-collect): AddressSanitizer-style reports with\n"
+    "               script frames and allocation stacks (options: CRAWL_OPTIONS)\n"
+    "  --gc-stress N  collect before every Nth allocation (a missing root fails at once)\n"
+    "  --gc-verify  check every root the VM reports, at every collection\n"
     "  --help       this text\n"
     "Exit status: 0 success, 1 script error, 2 bad usage.\n";
 
@@ -57,7 +61,8 @@ static char *read_file(const char *path)
 int main(int argc, char **argv)
 {
     const char *file = NULL, *expr = NULL;
-    int native = 0, fast = 0, gc_stats = 0, sanitize = 0;
+    int native = 0, fast = 0, gc_stats = 0, sanitize = 0, gc_verify = 0;
+    long gc_stress = 0;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
             fputs(usage, stdout);
@@ -70,6 +75,18 @@ int main(int argc, char **argv)
             gc_stats = 1;
         } else if (strcmp(argv[i], "--sanitize") == 0) {
             sanitize = 1;
+        } else if (strcmp(argv[i], "--gc-verify") == 0) {
+            gc_verify = 1;
+        } else if (strcmp(argv[i], "--gc-stress") == 0) {
+            char *end = NULL;
+            if (++i < argc)
+                gc_stress = strtol(argv[i], &end, 10);
+            if (i == argc || !end || *end || end == argv[i] || gc_stress < 1 ||
+                gc_stress > 1000000000) {
+                fprintf(stderr, "crawlvm: --gc-stress needs a count from 1 to 1000000000\n%s",
+                        usage);
+                return 2;
+            }
         } else if (strcmp(argv[i], "-e") == 0) {
             if (++i == argc) {
                 fprintf(stderr, "crawlvm: -e needs an expression\n%s", usage);
@@ -114,6 +131,21 @@ int main(int argc, char **argv)
     vm->walk_flags = fast ? CRAWL_WALK_FAST : 0;
     if (sanitize)
         vm->alloc = (vm_allocator){crawl_heap_malloc, crawl_heap_free, crawl_heap_check};
+#ifndef CRAWLVM_NO_FRAMES
+    char gc_options[160];
+    snprintf(gc_options, sizeof gc_options, "%s%s%s",
+             sanitize ? "gc_alloc_stacks=1:gc_poison_collected=1:" : "",
+             gc_verify ? "gc_verify=1:" : "", "");
+    if (gc_stress) {
+        size_t n = strlen(gc_options);
+        snprintf(gc_options + n, sizeof gc_options - n, "gc_stress=%ld", gc_stress);
+    }
+    if (gc_options[0] && crawl_sanitizer_set_options(gc_options) != 0)
+        return 2;
+    vm->check_objects = sanitize;
+#else
+    (void)gc_verify, (void)gc_stress;   /* bench/vm's build without crawl */
+#endif
     vm_install_fatal_handlers(vm);
     int rc = vm_eval(vm, expr ? expr : source, expr ? "-e" : file, NULL);
     fflush(stdout);

@@ -8,7 +8,7 @@
 
 value vm_make_string(const char *s, size_t len)
 {
-    vstring *v = GC_MALLOC_ATOMIC(sizeof *v + len + 1);
+    vstring *v = VM_ALLOC_ATOMIC(sizeof *v + len + 1);
     if (!v) {
         fprintf(stderr, "crawlvm: out of memory\n");
         exit(70);
@@ -22,7 +22,7 @@ value vm_make_string(const char *s, size_t len)
 
 value vm_make_vector(uint32_t len, value init)
 {
-    vvector *v = GC_MALLOC(sizeof *v + (size_t)len * sizeof(value));
+    vvector *v = VM_ALLOC(sizeof *v + (size_t)len * sizeof(value));
     if (!v) {
         fprintf(stderr, "crawlvm: out of memory\n");
         exit(70);

@@ -10,6 +10,20 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/* Heap objects come from crawl-boehm's allocator (GC_MALLOC, plus the
+ * GC diagnostics when they are on: allocation stacks, GC stress, the
+ * quarantine of collected objects), except in bench/vm's build without
+ * crawl, which allocates as a VM without crawl would. */
+#ifdef CRAWLVM_NO_FRAMES
+#include <gc/gc.h>
+#define VM_ALLOC(n) GC_MALLOC(n)
+#define VM_ALLOC_ATOMIC(n) GC_MALLOC_ATOMIC(n)
+#else
+#include <crawl/boehm.h>
+#define VM_ALLOC(n) crawl_gc_malloc(n)
+#define VM_ALLOC_ATOMIC(n) crawl_gc_malloc_atomic(n)
+#endif
+
 typedef uintptr_t value;
 
 #define V_NIL ((value)2)

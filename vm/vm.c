@@ -42,6 +42,15 @@ void vm_write_all(int fd, const char *s, size_t n)
     }
 }
 
+#ifndef CRAWLVM_NO_FRAMES
+/* What crawl-boehm's root verification must accept in a reported slot:
+ * fixnums and the small constants (nil, #t, #f, unbound) are not pointers. */
+static int is_immediate(uintptr_t v)
+{
+    return !IS_OBJ(v);
+}
+#endif
+
 vm_state *vm_new(void)
 {
     vm_state *v = calloc(1, sizeof *v);
@@ -59,6 +68,9 @@ vm_state *vm_new(void)
     v->ci = reserve(CALL_DEPTH * sizeof(callinfo));
     v->alloc = (vm_allocator){plain_alloc, plain_release, NULL};
     v->out_fd = STDOUT_FILENO;
+#ifndef CRAWLVM_NO_FRAMES
+    crawl_gc_set_immediate_fn(is_immediate);
+#endif
     return v;
 }
 
@@ -167,7 +179,7 @@ int vm_eval(vm_state *v, const char *source, const char *file, value *result)
     value r = V_NIL;
     if (setjmp(jb) == 0) {
         for (int i = 0; protos[i]; i++) {
-            closure *c = GC_MALLOC(sizeof *c);
+            closure *c = VM_ALLOC(sizeof *c);
             if (!c)
                 vm_error(v, "out of memory");
             c->h.type = T_CLOSURE;

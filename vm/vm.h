@@ -49,7 +49,8 @@ typedef struct vm {
     int nglobals, globals_cap;
     unsigned walk_flags;                /* CRAWL_WALK_FAST or 0 */
     int native_traces;                  /* --native */
-    int withhold_roots;                 /* tests: don't report roots (prove they matter) */
+    int withhold_roots;                 /* tests: don't report value-stack roots (prove they matter) */
+    int check_objects;                  /* --sanitize: crawl_gc_check every object access */
     jmp_buf *on_error;
     crawl_frame *error_frame_top;       /* Frame chain top to restore on error */
     uint32_t error_top, error_nci;

@@ -59,6 +59,12 @@ CRAWL_API CRAWL_ATTR_MALLOC CRAWL_ATTR_ALLOC_SIZE(1) void *crawl_gc_malloc(size_
 /* The same for pointer-free objects (GC_MALLOC_ATOMIC). */
 CRAWL_API CRAWL_ATTR_MALLOC CRAWL_ATTR_ALLOC_SIZE(1) void *crawl_gc_malloc_atomic(size_t size);
 
+/* A full collection that first sweeps what the previous one found
+ * unreachable (Boehm sweeps lazily, GC_gcollect included), so the
+ * quarantine sees it: what a VM's "collect now" should call when the
+ * diagnostics are on. Not async-signal-safe. */
+CRAWL_API void crawl_gc_collect(void);
+
 /* Check an access of size bytes at p: 0 when it is fine or p is not in
  * the GC heap (NULL included: nothing to check); otherwise a report
  * (use-after-collect for a collected object, heap-buffer-overflow past an

@@ -112,6 +112,42 @@ static void test_usage_and_exit_codes(void **state)
     crawlvm(&p, (const char *[]){"-e", "(car 1)", NULL});
     EXPECT_EXIT(&p, 1);
     EXPECT_IN(p.err, "error: unbound variable 'car'");
+    crawlvm(&p, (const char *[]){"--gc-stress", "0", "-e", "1", NULL});
+    EXPECT_EXIT(&p, 2);
+    EXPECT_IN(p.err, "crawlvm: --gc-stress needs a count from 1 to 1000000000");
+    crawlvm(&p, (const char *[]){"--gc-stress", NULL});
+    EXPECT_EXIT(&p, 2);
+    crawlvm(&p, (const char *[]){"--gc-stress", "3x", "-e", "1", NULL});
+    EXPECT_EXIT(&p, 2);
+}
+
+/* (gc-roots) and (gc-why obj): crawl-boehm's census and why-alive from a
+ * script, naming the script frames' segment and the path to the object. */
+static void test_gc_roots_and_why(void **state)
+{
+    (void)state;
+    proc p;
+    crawlvm(&p, (const char *[]){"-e",
+                                 "(define (inner v) (gc-roots) (print (gc-why v)))\n"
+                                 "(define (outer) (let ((box (vector 1 (vector 2 3)))) "
+                                 "(inner (vector-ref box 1)) box))\n"
+                                 "(outer)",
+                                 NULL});
+    EXPECT_EXIT(&p, 0);
+    t_expect_lines(p.out, (const char *const[]){
+        "^crawl-boehm root census",
+        "^thread T0:$",
+        "^  #[0-9]+ Frame 'crawlvm-interpreter' 0x[0-9a-f]+ in vm_interp_run .*interp.c:[0-9]+: "
+        "slot 0x[0-9a-f]+ = 0x[0-9a-f]+ -> [0-9]+-byte object",
+        "^[0-9]+ roots$",
+        "^why is 0x[0-9a-f]+ \\([0-9]+ bytes\\) alive: reached from roots reported by Frames, "
+        "0 steps:$",
+        "^  root: slot 0x[0-9a-f]+ reported by Frame 'crawlvm-interpreter'",
+        "^0$",
+        NULL});
+    crawlvm(&p, (const char *[]){"-e", "(gc-why 5)", NULL});
+    EXPECT_EXIT(&p, 1);
+    EXPECT_IN(p.err, "error: type error: gc-why expects an object, got integer");
 }
 
 /* The standard interleaving: script -> qsort (libc) -> script comparator. */
@@ -338,29 +374,42 @@ static void test_examples(void **state)
         const char *file;
         int exit_code;                   /* -SIGSEGV: dies by that signal */
         const char *out;
+        const char *stress;              /* --gc-stress for the stressed run */
     } examples[] = {
-        {"fib.crawl", 0, "fib 25 = 75025\n"},
-        {"closures.crawl", 0, "11 15\n[0 1 4 9 16 25]\nlen=5\ndone\n"},
-        {"error.crawl", 1, "2\n"},
-        {"gc.crawl", 0, "levels checked after collections: 2000\n"},
-        {"qsort.crawl", 0, NULL},
-        {"crash.crawl", -SIGSEGV, ""},
-        {"use_after_free.crawl", 1, "first entry: 42\n"},    /* without --sanitize: a VM error */
+        {"fib.crawl", 0, "fib 25 = 75025\n", "1"},
+        {"closures.crawl", 0, "11 15\n[0 1 4 9 16 25]\nlen=5\ndone\n", "1"},
+        {"error.crawl", 1, "2\n", "1"},
+        /* a million allocations each: 25 and 45 s at --gc-stress 1, clean too */
+        {"gc.crawl", 0, "levels checked after collections: 2000\n", "1000"},
+        {"qsort.crawl", 0, NULL, "1000"},
+        {"crash.crawl", -SIGSEGV, "", "1"},
+        {"use_after_free.crawl", 1, "first entry: 42\n", "1"},    /* without --sanitize: a VM error */
     };
     for (size_t i = 0; i < sizeof examples / sizeof examples[0]; i++) {
         char path[512];
         snprintf(path, sizeof path, "%s/%s", EXAMPLES_DIR, examples[i].file);
-        proc p;
-        crawlvm(&p, (const char *[]){path, NULL});
-        if (examples[i].exit_code < 0) {
-            if (!WIFSIGNALED(p.status) || WTERMSIG(p.status) != -examples[i].exit_code)
-                fail_msg("%s: status %#x\n%s", path, p.status, p.err);
-        } else {
-            EXPECT_EXIT(&p, examples[i].exit_code);
+        /* as is, then with a collection at every allocation and every root
+         * checked at each: the same behaviour, and no report */
+        for (int stressed = 0; stressed < 2; stressed++) {
+            proc p;
+            if (stressed)
+                crawlvm(&p, (const char *[]){"--gc-stress", examples[i].stress, "--gc-verify",
+                                            path, NULL});
+            else
+                crawlvm(&p, (const char *[]){path, NULL});
+            if (examples[i].exit_code < 0) {
+                if (!WIFSIGNALED(p.status) || WTERMSIG(p.status) != -examples[i].exit_code)
+                    fail_msg("%s: status %#x\n%s", path, p.status, p.err);
+            } else {
+                EXPECT_EXIT(&p, examples[i].exit_code);
+            }
+            if (examples[i].out && strncmp(p.out, examples[i].out, strlen(examples[i].out)) != 0)
+                fail_msg("%s printed:\n%s\nwanted it to start with:\n%s", path, p.out,
+                         examples[i].out);
+            if (strstr(p.err, "crawl-boehm") || strstr(p.err, "use-after-collect"))
+                fail_msg("%s under --gc-stress %s --gc-verify reported:\n%s", path,
+                         examples[i].stress, p.err);
         }
-        if (examples[i].out && strncmp(p.out, examples[i].out, strlen(examples[i].out)) != 0)
-            fail_msg("%s printed:\n%s\nwanted it to start with:\n%s", path, p.out,
-                     examples[i].out);
     }
 }
 
@@ -451,6 +500,7 @@ int main(void)
         cmocka_unit_test(test_fatal_signal_in_native_code),
         cmocka_unit_test(test_gc_stats),
         cmocka_unit_test(test_examples),
+        cmocka_unit_test(test_gc_roots_and_why),
         cmocka_unit_test(test_sanitize_use_after_free),
         cmocka_unit_test(test_callback_limits),
         cmocka_unit_test(test_sanitize_overflow_and_go_on),
