@@ -116,17 +116,17 @@ int crawl_gc_why(const void *obj, int fd)
     int dup_fd = dup(fd);
     FILE *out = dup_fd >= 0 ? fdopen(dup_fd, "w") : NULL;
     if (!out)
-        return -EBADF;
+        return -1;                       /* fd is not writable: nothing said */
     if (!obj) {
         fprintf(out, "crawl_gc_why: NULL is not a GC object\n");
         fclose(out);
-        return -EINVAL;
+        return -1;
     }
     uintptr_t base = (uintptr_t)GC_base((void *)obj);
     if (!base) {
         fprintf(out, "crawl_gc_why: %p is not in the GC heap\n", obj);
         fclose(out);
-        return -EINVAL;
+        return -1;
     }
     gc_opts_refresh();
     gc_obj e;

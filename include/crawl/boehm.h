@@ -115,9 +115,9 @@ CRAWL_API void crawl_gc_census(int fd);
  * stack (named by the native function whose frame holds them); a path
  * from an earlier kind wins over a shorter one from a later. Heap objects
  * are traced conservatively (pointer-free objects are not). Returns the
- * path length (0: obj is itself a root's value), -1 if no root reaches
- * it, -EINVAL (after a line saying so) for NULL or an address outside
- * the GC heap. Runs one collection. */
+ * path length (0: obj is itself a root's value), or -1: no root reaches
+ * it, it was collected, or it is NULL or outside the GC heap (a line on fd
+ * says which). Runs one collection (not for bad input). */
 CRAWL_API int crawl_gc_why(const void *obj, int fd);
 
 /* The allocation stack recorded for obj (its start), or 0. */
