@@ -179,7 +179,10 @@ int vm_eval(vm_state *v, const char *source, const char *file, value *result)
     value r = V_NIL;
     if (setjmp(jb) == 0) {
         for (int i = 0; protos[i]; i++) {
-            closure *c = VM_ALLOC(sizeof *c);
+            /* volatile: kept in this C frame, which Boehm scans, while it
+             * runs (its callinfo, in mmap'ed memory, is a root only through
+             * crawl-boehm) */
+            closure *volatile c = VM_ALLOC(sizeof *c);
             if (!c)
                 vm_error(v, "out of memory");
             c->h.type = T_CLOSURE;
