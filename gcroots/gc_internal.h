@@ -101,6 +101,12 @@ void gc_report_root_problem(const gc_root_rec *rec);
  * hooks — the quarantine — would wait for allocations of the same size). */
 void gc_collect(void);
 
+/* The precise trace registered for base's kind (crawl's own kinds counted
+ * as the Boehm kinds they stand in for), or NULL (gc_trace.c). */
+crawl_gc_trace_fn gc_trace_for(const void *base);
+/* crawl's object kinds (gc_objects.c): the Boehm kind they stand in for. */
+int gc_public_kind(int kind);
+
 /* 1 for pointer-free objects (Boehm's and crawl's atomic kind): not traced. */
 int gc_pointer_free(const void *base);
 

@@ -312,6 +312,15 @@ void crawl_gc_collect(void)
     gc_collect();
 }
 
+int gc_public_kind(int kind)
+{
+    if (kind_normal >= 0 && kind == kind_normal)
+        return 1;                        /* GC_I_NORMAL */
+    if (kind_atomic >= 0 && kind == kind_atomic)
+        return 0;                        /* GC_I_PTRFREE */
+    return kind;
+}
+
 int gc_pointer_free(const void *base)
 {
     int kind = GC_get_kind_and_size(base, NULL);

@@ -1,7 +1,11 @@
 /* Tracing the GC heap from chosen sources, for why-alive and the search
  * for unreported references; the static data and stack frames those
  * sources come from. */
+#include <errno.h>
+#include <gc/gc_mark.h>
 #include <link.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -18,6 +22,73 @@ int gc_reserve(void *items, size_t *cap, size_t n, size_t item_size)
     *(void **)items = grown;
     *cap = want;
     return 0;
+}
+
+/* ---- precise traces per object kind ------------------------------------------------- */
+
+#define MAX_TRACES 16
+static struct {
+    _Atomic int kind;
+    _Atomic crawl_gc_trace_fn fn;
+} traces[MAX_TRACES];
+static _Atomic int ntraces;
+static pthread_mutex_t traces_lock = PTHREAD_MUTEX_INITIALIZER;
+
+int crawl_gc_set_trace(int gc_kind, crawl_gc_trace_fn trace)
+{
+    if (gc_kind < 0 || gc_kind >= 1 << 16)
+        return -EINVAL;
+    pthread_mutex_lock(&traces_lock);
+    int n = atomic_load(&ntraces), rc = 0;
+    int i = 0;
+    while (i < n && atomic_load(&traces[i].kind) != gc_kind)
+        i++;
+    if (i < n) {
+        atomic_store(&traces[i].fn, trace);
+    } else if (!trace) {
+        rc = 0;
+    } else if (n == MAX_TRACES) {
+        rc = -ENOSPC;
+    } else {
+        atomic_store(&traces[n].kind, gc_kind);
+        atomic_store(&traces[n].fn, trace);
+        atomic_store(&ntraces, n + 1);
+    }
+    pthread_mutex_unlock(&traces_lock);
+    return rc;
+}
+
+crawl_gc_trace_fn gc_trace_for(const void *base)
+{
+    int n = atomic_load_explicit(&ntraces, memory_order_acquire);
+    if (!n)
+        return NULL;
+    int kind = gc_public_kind(GC_get_kind_and_size(base, NULL));
+    for (int i = 0; i < n; i++)
+        if (atomic_load_explicit(&traces[i].kind, memory_order_relaxed) == kind)
+            return atomic_load_explicit(&traces[i].fn, memory_order_relaxed);
+    return NULL;
+}
+
+typedef struct visiting {
+    gc_graph *g;
+    long from;                          /* the node being traced */
+    uintptr_t base, target;
+    long hit;                           /* the target's node once found */
+} visiting;
+
+static long add(gc_graph *g, uintptr_t base, long parent, size_t offset, long source);
+
+GC_SCANS static void visit_field(void *const *field, void *ctx)
+{
+    visiting *v = ctx;
+    uintptr_t value = (uintptr_t)*field;
+    void *b = value >= 4096 ? GC_base((void *)value) : NULL;
+    if (!b)
+        return;
+    long ni = add(v->g, (uintptr_t)b, v->from, (uintptr_t)field - v->base, -1);
+    if (ni >= 0 && v->target && (uintptr_t)b == v->target && v->hit < 0)
+        v->hit = ni;
 }
 
 void gc_graph_init(gc_graph *g)
@@ -121,6 +192,14 @@ GC_SCANS long gc_graph_run(gc_graph *g, uintptr_t target)
         long ci = (long)g->done++;
         if (gc_pointer_free((void *)cur.base))
             continue;
+        crawl_gc_trace_fn trace = gc_trace_for((void *)cur.base);
+        if (trace) {
+            visiting v = {g, ci, cur.base, target, -1};
+            trace((const void *)cur.base, cur.size, visit_field, &v);
+            if (v.hit >= 0)
+                return v.hit;
+            continue;
+        }
         const uintptr_t *w = (const uintptr_t *)cur.base;
         for (size_t k = 0; k < cur.size / sizeof *w; k++) {
             uintptr_t v = w[k];

@@ -114,11 +114,26 @@ CRAWL_API void crawl_gc_census(int fd);
  * reported by Frames, then static data, then words on the calling thread's
  * stack (named by the native function whose frame holds them); a path
  * from an earlier kind wins over a shorter one from a later. Heap objects
- * are traced conservatively (pointer-free objects are not). Returns the
+ * are traced conservatively (every word that points into the heap), or by
+ * the trace registered for their kind (crawl_gc_set_trace); pointer-free
+ * objects are not traced. Returns the
  * path length (0: obj is itself a root's value), or -1: no root reaches
  * it, it was collected, or it is NULL or outside the GC heap (a line on fd
  * says which). Runs one collection (not for bad input). */
 CRAWL_API int crawl_gc_why(const void *obj, int fd);
+
+/* A precise trace for the objects of one Boehm object kind (0 is Boehm's
+ * pointer-free kind, 1 its normal kind, which crawl_gc_malloc's objects
+ * count as; GC_new_kind makes others): crawl_gc_why and the reachability
+ * crawl_gc_verify computes then follow only the fields trace reports,
+ * calling visit once for each field that holds a reference, instead of
+ * every word of the object. trace runs with Boehm's allocation lock held:
+ * it must not allocate from the collector. NULL removes it. At most 16
+ * kinds. 0, -EINVAL for a bad kind, -ENOSPC when full. Thread-safe. */
+typedef void (*crawl_gc_visit_fn)(void *const *field, void *ctx);
+typedef void (*crawl_gc_trace_fn)(const void *obj, size_t size, crawl_gc_visit_fn visit,
+                                  void *ctx);
+CRAWL_API int crawl_gc_set_trace(int gc_kind, crawl_gc_trace_fn trace);
 
 /* The allocation stack recorded for obj (its start), or 0. */
 CRAWL_API uint32_t crawl_gc_alloc_stack(const void *obj);

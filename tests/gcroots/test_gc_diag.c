@@ -208,10 +208,42 @@ NOINLINE static void why_paths(void)
     gc_diag_global = NULL;
 }
 
+/* A precise trace for Boehm's normal kind that knows only field[0]: why
+ * then follows that field, and no longer field[2]. */
+static void first_field_only(const void *o, size_t size, crawl_gc_visit_fn visit, void *ctx)
+{
+    (void)size;
+    visit(&((obj *const)o)->field[0], ctx);
+}
+
+NOINLINE static void precise_trace(void)
+{
+    obj *a = crawl_gc_malloc(sizeof *a);
+    a->field[0] = crawl_gc_malloc(sizeof(obj));
+    a->field[2] = crawl_gc_malloc(sizeof(obj));
+    int rc;
+    const char *out;
+    CRAWL_GCPROTECT_BEGIN(a);
+    assert_int_equal(crawl_gc_set_trace(1, first_field_only), 0);
+    out = capture_fd(why, a->field[0], &rc);
+    assert_int_equal(rc, 1);
+    t_expect_lines(out, (const char *const[]){"reached from roots reported by Frames",
+                                              "^  -> at offset 0 of that object: ", NULL});
+    out = capture_fd(why, a->field[2], &rc);
+    assert_null(strstr(out, "reached from roots reported by Frames"));   /* not through a */
+    assert_int_equal(crawl_gc_set_trace(1, NULL), 0);
+    out = capture_fd(why, a->field[2], &rc);
+    assert_int_equal(rc, 1);
+    t_expect_lines(out, (const char *const[]){"^  -> at offset 16 of that object: ", NULL});
+    CRAWL_GCPROTECT_END();
+    assert_int_equal(crawl_gc_set_trace(-1, first_field_only), -EINVAL);
+}
+
 static void test_why(void **state)
 {
     (void)state;
     why_paths();
+    precise_trace();
     int rc;
     const char *out = capture_fd(why, NULL, &rc);
     assert_int_equal(rc, -1);
