@@ -313,7 +313,8 @@ static inline __attribute__((always_inline)) int batch_run(walk *w, unsigned *sk
     unsigned skip = *skip_io;
     fast_entry buf[FAST_BATCH];
     crawl_regs regs = {0};
-    crawl_cf cf = {.kind = CRAWL_CF_NATIVE, .regs = &regs, .thread = w->thread};
+    crawl_cf cf = {.kind = CRAWL_CF_NATIVE, .regs = &regs};
+    cf.thread = w->thread;
     int st = SW_OK;
     int exact = first_flags != 0;
     while (st == SW_OK && !w->aborted) {
