@@ -198,6 +198,13 @@ unsigned crawl_frame_count(void)
     return crawl__self()->nframes;
 }
 
+static void (*_Atomic transition_hook)(crawl_frame *f);
+
+void crawl_set_transition_hook(void (*fn)(crawl_frame *f))
+{
+    atomic_store(&transition_hook, fn);
+}
+
 /* Called by crawl_transition_push (assembly) once the registers are saved. */
 void crawl__transition_link(crawl_transition *t, const crawl_frame_type *type);
 void crawl__transition_link(crawl_transition *t, const crawl_frame_type *type)
@@ -210,4 +217,7 @@ void crawl__transition_link(crawl_transition *t, const crawl_frame_type *type)
                      "regs_offset == offsetof(crawl_transition, regs)",
                      crawl__type_name(type));
     crawl_frame_push(&t->frame, type);
+    void (*hook)(crawl_frame *) = atomic_load_explicit(&transition_hook, memory_order_relaxed);
+    if (__builtin_expect(hook != NULL, 0))
+        hook(&t->frame);
 }

@@ -29,6 +29,7 @@ int gc_reserve(void *items, size_t *cap, size_t n, size_t item_size);
 /* ---- options (gc_objects.c): cached, re-read when crawl's serial moves ---- */
 typedef struct gc_opts {
     unsigned long stress;
+    int stress_transitions;
     int verify, poison, stacks;
     size_t quarantine_bytes;
     unsigned context;                   /* malloc_context_size */

@@ -42,10 +42,19 @@ static long option(const char *key)
     return crawl_sanitizer_get_option(key, &v) == 0 ? v : 0;
 }
 
+/* gc_stress_transitions: a collection at every VM -> native call, with
+ * the transition Frame just pushed (its saved registers a root). */
+static void stress_at_transition(crawl_frame *f)
+{
+    (void)f;
+    gc_collect();
+}
+
 static void read_options(void)
 {
     pthread_mutex_lock(&opts_lock);
     gc_opts o = {.stress = (unsigned long)option("gc_stress"),
+                 .stress_transitions = option("gc_stress_transitions") != 0,
                  .verify = option("gc_verify") != 0,
                  .poison = option("gc_poison_collected") != 0,
                  .stacks = option("gc_alloc_stacks") != 0,
@@ -55,6 +64,12 @@ static void read_options(void)
     /* the fields are read without a lock (inside collections too); a
      * reader racing this sees the old or the new value of each */
     __atomic_store_n(&gc_opt.stress, o.stress, __ATOMIC_RELAXED);
+    __atomic_store_n(&gc_opt.stress_transitions, o.stress_transitions, __ATOMIC_RELAXED);
+    static int hooked;                   /* leave an embedder's own hook alone otherwise */
+    if (o.stress_transitions != hooked) {
+        crawl_set_transition_hook(o.stress_transitions ? stress_at_transition : NULL);
+        hooked = o.stress_transitions;
+    }
     __atomic_store_n(&gc_opt.verify, o.verify, __ATOMIC_RELAXED);
     __atomic_store_n(&gc_opt.poison, o.poison, __ATOMIC_RELAXED);
     __atomic_store_n(&gc_opt.stacks, o.stacks, __ATOMIC_RELAXED);

@@ -23,7 +23,8 @@ static const char usage[] =
     "  --sanitize   native buffers on crawl's checked heap, VM objects checked on\n"
     "               access (use-after-collect): AddressSanitizer-style reports with\n"
     "               script frames and allocation stacks (options: CRAWL_OPTIONS)\n"
-    "  --gc-stress N  collect before every Nth allocation (a missing root fails at once)\n"
+    "  --gc-stress N  collect before every Nth allocation and at every native call\n"
+    "               (a missing root fails at once)\n"
     "  --gc-verify  check every root the VM reports, at every collection\n"
     "  --help       this text\n"
     "Exit status: 0 success, 1 script error, 2 bad usage.\n";
@@ -138,7 +139,8 @@ int main(int argc, char **argv)
              gc_verify ? "gc_verify=1:" : "", "");
     if (gc_stress) {
         size_t n = strlen(gc_options);
-        snprintf(gc_options + n, sizeof gc_options - n, "gc_stress=%ld", gc_stress);
+        snprintf(gc_options + n, sizeof gc_options - n, "gc_stress=%ld:gc_stress_transitions=1",
+                 gc_stress);
     }
     if (gc_options[0] && crawl_sanitizer_set_options(gc_options) != 0)
         return 2;

@@ -30,6 +30,8 @@ CRAWL_API unsigned long crawl_boehm_last_root_count(void);
  * Find the root an embedder forgot. Options are keys of crawl's option
  * string (CRAWL_OPTIONS, crawl_sanitizer_set_options; help=1 lists them):
  *   gc_stress=N            collect before every Nth crawl_gc_malloc (0: off)
+ *   gc_stress_transitions=1  and at every transition Frame push (VM -> native
+ *                          calls: crawl-ffi's, crawl_transition_push)
  *   gc_verify=1            verify every reported root at every collection
  *   gc_alloc_stacks=1      record a mixed stack per object crawl_gc_malloc returns
  *                          (malloc_context_size frames; precise, or by frame

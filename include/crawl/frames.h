@@ -165,6 +165,13 @@ CRAWL_API extern const crawl_frame_type crawl_transition_type;
  * the process with one line. Pop with crawl_frame_pop(&t->frame). */
 CRAWL_API void crawl_transition_push(crawl_transition *t, const crawl_frame_type *type);
 
+/* Call fn after every crawl_transition_push, on the pushing thread, with
+ * the new Frame linked (the GC stress of crawl-boehm's
+ * gc_stress_transitions: a collection at every VM -> native call). fn runs
+ * wherever the push does; a push from a signal handler calls it there.
+ * NULL removes it. Costs one load per push while unset. Thread-safe. */
+CRAWL_API void crawl_set_transition_hook(void (*fn)(crawl_frame *f));
+
 /* Capture the caller's registers: ip is the return address into the
  * caller, sp the caller's stack pointer after the call returns.
  * Async-signal-safe; allocates nothing. */

@@ -462,6 +462,33 @@ static void test_gc_stress(void **state)
     assert_int_equal(after3 - before3, 10);   /* one per three */
 }
 
+/* gc_stress_transitions: a collection at every transition Frame push. */
+NOINLINE static void push_transitions(int n)
+{
+    for (int i = 0; i < n; i++) {
+        crawl_transition t;
+        crawl_transition_push(&t, NULL);
+        crawl_frame_pop(&t.frame);
+    }
+}
+
+static void test_gc_stress_transitions(void **state)
+{
+    (void)state;
+    GC_word before = GC_get_gc_no();
+    push_transitions(5);
+    assert_int_equal(GC_get_gc_no() - before, 0);
+    assert_int_equal(crawl_sanitizer_set_options("gc_stress_transitions=1"), 0);
+    before = GC_get_gc_no();
+    push_transitions(5);
+    GC_word stressed = GC_get_gc_no() - before;
+    assert_int_equal(crawl_sanitizer_set_options("gc_stress_transitions=0"), 0);
+    before = GC_get_gc_no();
+    push_transitions(5);
+    assert_int_equal(stressed, 5);
+    assert_int_equal(GC_get_gc_no() - before, 0);
+}
+
 /* ---- use after collect ----------------------------------------------------------- */
 
 /* The only copies, XOR'ed: the collector cannot see them. Many objects,
@@ -578,6 +605,7 @@ int main(void)
         cmocka_unit_test(test_verify_silent_on_correct_code),
         cmocka_unit_test(test_unreported_reference),
         cmocka_unit_test(test_gc_stress),
+        cmocka_unit_test(test_gc_stress_transitions),
         cmocka_unit_test(test_use_after_collect),
         cmocka_unit_test(test_check_bounds_and_bad_input),
     };

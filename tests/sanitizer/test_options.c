@@ -44,7 +44,8 @@ static void test_sources_in_order(void **state)
     /* CRAWL_OPTIONS=malloc_context_size=5:halt_on_error=0 overrides the program's 12 */
     assert_string_equal(current(), "halt_on_error=0:log_path=stderr:malloc_context_size=5:"
                                    "quarantine_size_mb=8:redzone=64:fast_unwind_on_malloc=0:"
-                                   "depot_budget_mb=256:gc_stress=0:gc_verify=0:"
+                                   "depot_budget_mb=256:gc_stress=0:gc_stress_transitions=0:"
+                                   "gc_verify=0:"
                                    "gc_poison_collected=0:gc_alloc_stacks=0:gc_quarantine_mb=16");
     assert_int_equal(crawl_sanitizer_set_options("redzone=128::fast_unwind_on_malloc=1:"), 0);
     assert_non_null(strstr(current(), "redzone=128:fast_unwind_on_malloc=1"));
