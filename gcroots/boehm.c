@@ -146,7 +146,37 @@ static int check_root(gc_root_rec *r)
 typedef struct recorder {
     pending push;
     int verify;
+    int me;                             /* the collecting thread's number */
+    const void *last_frame;             /* home_pc is found once per Frame */
+    uintptr_t last_home;
 } recorder;
+
+/* pc follows a call instruction: e8 rel32; ff 15 disp32; ff d0-d7 (call
+ * reg), with a REX prefix too; ff 50-57 disp8; ff 90-97 disp32. */
+static int after_call(uintptr_t pc)
+{
+    const unsigned char *p = (const unsigned char *)pc;
+    return p[-5] == 0xe8 || (p[-6] == 0xff && p[-5] == 0x15) ||
+           (p[-2] == 0xff && (p[-1] & 0xf8) == 0xd0) ||
+           (p[-3] == 0x41 && p[-2] == 0xff && (p[-1] & 0xf8) == 0xd0) ||
+           (p[-3] == 0xff && (p[-2] & 0xf8) == 0x50) || (p[-6] == 0xff && (p[-5] & 0xf8) == 0x90);
+}
+
+/* Another thread's Frame, with that thread stopped: it cannot be walked
+ * from here, but the native frame holding the Frame is normally in a call,
+ * and that call's return address lies a little below the Frame. The first
+ * word below it that points just after a call instruction in code is
+ * taken (a heuristic: the census says so). */
+GC_SCANS static uintptr_t home_by_scan(const void *frame)
+{
+    const uintptr_t *w = (const uintptr_t *)frame;
+    for (int k = 1; k <= 512; k++) {
+        uintptr_t v = w[-k];
+        if (v > 4096 && crawl_is_code(v) == 1 && crawl_is_code(v - 6) == 1 && after_call(v))
+            return v;
+    }
+    return 0;
+}
 
 static void record_root(void **slot, unsigned root_flags, const crawl_cf *cf, void *ctx)
 {
@@ -157,6 +187,13 @@ static void record_root(void **slot, unsigned root_flags, const crawl_cf *cf, vo
     const crawl_frame *f = crawl_cf_frame(cf);
     r.frame = f;
     r.type_name = f && f->type && f->type->name ? f->type->name : "?";
+    if (f && (int)r.thread != rc->me) {
+        if (f != rc->last_frame) {
+            rc->last_frame = f;
+            rc->last_home = home_by_scan(f);
+        }
+        r.home_pc = rc->last_home;
+    }
     if (f && f->type && f->type->describe)
         f->type->describe(f, r.text, sizeof r.text);
     r.problem = seen_before(slot) ? GC_PROBLEM_DOUBLE : check_root(&r);
@@ -198,7 +235,8 @@ static void GC_CALLBACK push_crawl_roots(void)
     unsigned long n;
     if (capture_requested || gc_opt.verify) {
         prepare_recording();
-        recorder rc = {.verify = gc_opt.verify || capture_requested == 2};
+        recorder rc = {.verify = gc_opt.verify || capture_requested == 2,
+                       .me = crawl_thread_number()};
         st = crawl_enum_roots_all_threads(record_root, &rc, 0);
         if (rc.push.lo)
             GC_push_all_eager(rc.push.lo, rc.push.hi);

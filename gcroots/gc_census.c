@@ -49,6 +49,20 @@ static const char *home_of(const homes *hs, const void *frame)
     return "";
 }
 
+/* "function file:line (stack scan)" for a return address found by
+ * scanning another thread's stack (boehm.c). */
+static void home_by_symbol(uintptr_t pc, char *buf, size_t len)
+{
+    char names[512];
+    crawl_symbol s;
+    if (crawl_symbolize(pc - 1, &s, names, sizeof names) < 0 || !s.function)
+        snprintf(buf, len, "0x%lx (stack scan)", (unsigned long)pc);
+    else if (s.file)
+        snprintf(buf, len, "%s %s:%d (stack scan)", s.function, s.file, s.line);
+    else
+        snprintf(buf, len, "%s (stack scan)", s.function);
+}
+
 unsigned crawl_gc_census_each(void (*fn)(const crawl_gc_root *root, void *ctx), void *ctx)
 {
     if (!fn)
@@ -69,6 +83,8 @@ unsigned crawl_gc_census_each(void (*fn)(const crawl_gc_root *root, void *ctx), 
         snprintf(root->frame_text, sizeof root->frame_text, "%s", r->text);
         if ((int)r->thread == me)
             snprintf(root->native, sizeof root->native, "%s", home_of(&hs, r->frame));
+        else if (r->home_pc)
+            home_by_symbol(r->home_pc, root->native, sizeof root->native);
         root->slot = r->slot;
         root->flags = r->flags;
         root->value = r->value;

@@ -69,6 +69,8 @@ typedef struct gc_root_rec {
     const char *type_name;              /* static: a Frame type's name */
     char text[160];                     /* the Frame's describe() text */
     int problem;                        /* GC_PROBLEM_*, found with the world stopped */
+    uintptr_t home_pc;                  /* another thread's Frame: a return address into
+                                           the native frame holding it (stack scan), or 0 */
     uintptr_t object;                   /* GC_base(value) */
     size_t object_size;
 } gc_root_rec;

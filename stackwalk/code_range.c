@@ -167,3 +167,14 @@ int crawl_code_range_find(uintptr_t ip, crawl_code_range *out)
     sw_ranges_exit(t);
     return r != NULL;
 }
+
+int crawl_is_code(uintptr_t pc)
+{
+    crawl__thread *th = crawl__self();
+    if (!th->attached)
+        return -ENOENT;
+    const sw_snapshot *snap = sw_snap_enter(th);
+    int code = snap && sw_seg_find(snap, pc) != NULL;
+    sw_snap_exit(th);
+    return code || crawl_code_range_find(pc, NULL);
+}

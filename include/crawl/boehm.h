@@ -93,7 +93,10 @@ typedef struct crawl_gc_root {
     const void *frame;                  /* the Frame that reported it */
     char frame_type[48];                /* its type's name */
     char frame_text[160];               /* its describe() text, or "" */
-    char native[200];                   /* the native frame it lives in (calling thread only), or "" */
+    char native[200];                   /* the native frame it lives in: by a walk on the
+                                           calling thread; for other threads by a scan of
+                                           their stack below the Frame for a return address
+                                           (marked "(stack scan)"), or "" */
     void **slot;
     unsigned flags;                     /* CRAWL_ROOT_* */
     void *value;

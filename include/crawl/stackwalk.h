@@ -214,6 +214,14 @@ CRAWL_API int crawl_code_range_remove(uintptr_t start);
  * async-signal-safe. */
 CRAWL_API int crawl_code_range_find(uintptr_t ip, crawl_code_range *out);
 
+/* 1 if pc lies in a loaded module's executable segment (as of the last
+ * normal-context walk's view of the loaded modules) or in a registered
+ * code range, else 0; -ENOENT on a thread that is not attached (it reads
+ * the module snapshot as a walk does). Lock-free, allocates nothing,
+ * async-signal-safe: usable with other threads stopped (a collector
+ * naming where another thread's Frames live). */
+CRAWL_API int crawl_is_code(uintptr_t pc);
+
 /* ---- symbols and printing (not signal-safe: they allocate and lock) ----- */
 
 typedef struct crawl_symbol {

@@ -170,6 +170,49 @@ static void test_census(void **state)
     census_holder();
 }
 
+/* Another thread's roots: the census names the native function holding its
+ * Frame too, found by a scan of that thread's stack (it cannot be walked
+ * from the collecting thread). */
+static pthread_barrier_t parked, released;
+static void **parked_slot;
+
+NOINLINE static void parked_holder(void)
+{
+    obj *mine = crawl_gc_malloc(sizeof *mine);
+    CRAWL_GCPROTECT_BEGIN(mine);
+    parked_slot = (void **)&mine;
+    pthread_barrier_wait(&parked);
+    pthread_barrier_wait(&released);     /* in a call: its return address is below the Frame */
+    CRAWL_GCPROTECT_END();
+}
+
+static void *park(void *unused)
+{
+    (void)unused;
+    crawl_thread_attach();
+    parked_holder();
+    crawl_thread_detach();
+    return NULL;
+}
+
+static void test_census_other_thread(void **state)
+{
+    (void)state;
+    pthread_barrier_init(&parked, NULL, 2);
+    pthread_barrier_init(&released, NULL, 2);
+    pthread_t t;
+    assert_int_equal(pthread_create(&t, NULL, park, NULL), 0);   /* GC_pthread_create */
+    pthread_barrier_wait(&parked);
+    found_root f = {.want = parked_slot};
+    crawl_gc_census_each(find_slot, &f);
+    pthread_barrier_wait(&released);
+    pthread_join(t, NULL);
+    assert_int_equal(f.n, 1);
+    assert_true((int)f.got.thread != crawl_thread_number());
+    if (!strstr(f.got.native, "parked_holder") || !strstr(f.got.native, "(stack scan)"))
+        fail_msg("the other thread's Frame lives in '%s'", f.got.native);
+}
+
 /* ---- why alive ------------------------------------------------------------------ */
 
 obj *gc_diag_global;   /* not static: stores to it cannot be dropped */
@@ -598,6 +641,7 @@ int main(void)
         return 1;
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_census),
+        cmocka_unit_test(test_census_other_thread),
         cmocka_unit_test(test_why),
         cmocka_unit_test(test_verify_planted_bugs),
         cmocka_unit_test(test_verify_at_every_collection),

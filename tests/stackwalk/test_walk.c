@@ -57,6 +57,32 @@ static void test_frames_name_their_thread(void **state)
     assert_int_equal(bad, 0);
 }
 
+/* crawl_is_code: module code and registered JIT ranges are code; the stack,
+ * the heap and NULL are not; an unattached thread gets -ENOENT. */
+static void *is_code_unattached(void *unused)
+{
+    (void)unused;
+    return (void *)(intptr_t)crawl_is_code((uintptr_t)&test_frames_name_their_thread);
+}
+
+static void test_is_code(void **state)
+{
+    (void)state;
+    int local;
+    void *heap = malloc(16);
+    assert_int_equal(crawl_is_code((uintptr_t)&test_frames_name_their_thread), 1);
+    assert_int_equal(crawl_is_code((uintptr_t)&malloc), 1);          /* libc */
+    assert_int_equal(crawl_is_code((uintptr_t)&local), 0);
+    assert_int_equal(crawl_is_code((uintptr_t)heap), 0);
+    assert_int_equal(crawl_is_code(0), 0);
+    free(heap);
+    pthread_t t;
+    void *rc;
+    assert_int_equal(pthread_create(&t, NULL, is_code_unattached, NULL), 0);
+    pthread_join(t, &rc);
+    assert_int_equal((int)(intptr_t)rc, -ENOENT);
+}
+
 /* ---- the first frame ------------------------------------------------------- */
 
 static void test_first_frame_is_the_caller(void **state)
@@ -840,6 +866,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_first_frame_is_the_caller),
         cmocka_unit_test(test_frames_name_their_thread),
+        cmocka_unit_test(test_is_code),
         cmocka_unit_test(test_bad_arguments),
         cmocka_unit_test(test_abort_stops_the_walk),
         cmocka_unit_test(test_qsort_interleaving_precise),
