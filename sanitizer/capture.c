@@ -41,14 +41,24 @@ static crawl_action add_frame(const crawl_cf *cf, void *ctx)
     return ++c->frames < c->max && c->n < CRAWL_DEPOT_MAX_FRAMES ? CRAWL_CONTINUE : CRAWL_ABORT;
 }
 
-uint32_t san_capture_at(const crawl_regs *from, unsigned max, unsigned flags)
+unsigned san_capture_words(const crawl_regs *from, unsigned max, unsigned flags,
+                           uintptr_t *out, unsigned cap)
 {
     capture c;
     c.n = c.frames = 0;
     c.max = max < 1 ? 1 : max > CRAWL_DEPOT_MAX_FRAMES ? CRAWL_DEPOT_MAX_FRAMES : max;
     sw_walk(from, 0, 1, add_frame, &c,
             (flags & (CRAWL_WALK_FAST | CRAWL_WALK_SIGNAL_SAFE)) | CRAWL_WALK_FUNCTIONS_ONLY);
-    return c.n ? crawl_depot_put(c.words, c.n) : 0;
+    unsigned n = c.n < cap ? c.n : cap;
+    memcpy(out, c.words, n * sizeof *out);
+    return n;
+}
+
+uint32_t san_capture_at(const crawl_regs *from, unsigned max, unsigned flags)
+{
+    uintptr_t words[CRAWL_DEPOT_MAX_FRAMES];
+    unsigned n = san_capture_words(from, max, flags, words, CRAWL_DEPOT_MAX_FRAMES);
+    return n ? crawl_depot_put(words, n) : 0;
 }
 
 uint32_t crawl_depot_capture(unsigned max_frames, unsigned flags)

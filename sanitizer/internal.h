@@ -27,6 +27,9 @@ void san_depot_set_budget(size_t bytes);
  * (a public entry point captures its own: inlining below it cannot shift
  * the first frame), into the depot. */
 uint32_t san_capture_at(const crawl_regs *from, unsigned max, unsigned flags);
+/* The same trace's words into out[0..cap) instead of the depot: their count. */
+unsigned san_capture_words(const crawl_regs *from, unsigned max, unsigned flags,
+                           uintptr_t *out, unsigned cap);
 /* One line per frame of a stored trace, in the ASan frame shape, into buf:
  * whole lines only, NUL-terminated; *cut is set when one did not fit.
  * Returns the bytes written. */
@@ -35,6 +38,11 @@ size_t san_format_trace(const uintptr_t *frames, unsigned n, char *buf, size_t l
 /* report.c */
 typedef struct crawl_report san_report; /* a report being built (fixed buffer) */
 san_report *san_report_begin(void);    /* takes the report lock */
+san_report *san_report_begin_plain(void);   /* the same without the "=====" rule */
+/* A stored trace's words (as the depot keeps them), one line a frame. */
+void san_print_words(san_report *r, const uintptr_t *w, unsigned n);
+/* The stack of a signal context (the faulting frame first), signal-safe walk. */
+void san_print_stack_uc(san_report *r, const ucontext_t *uc);
 void san_printf(san_report *r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 void san_print_depot_trace(san_report *r, uint32_t id);
 /* The registers of the first native frame above `from` (the user's pc, bp,
@@ -44,6 +52,9 @@ void san_first_frame(const crawl_regs *from, crawl_regs *out);
 void san_print_stack_at(san_report *r, const crawl_regs *from);
 /* Emit (write, callback), release the lock; abort with halt_on_error. */
 void san_report_end(san_report *r);
+/* The same without the halt (the caller decides: a fault handler hands the
+ * signal on). */
+void san_report_emit(san_report *r);
 unsigned san_thread_id(void);
 
 /* fork(): each file's locks, taken before fork and released after it in
@@ -54,5 +65,6 @@ unsigned san_thread_id(void);
 void san_options_fork(int lock);
 void san_report_fork(int lock);
 void san_heap_fork(int lock);
+void san_gpa_fork(int lock);
 
 #endif

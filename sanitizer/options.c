@@ -226,10 +226,12 @@ static void fork_prepare(void)
     san_options_fork(1);
     san_report_fork(1);
     san_heap_fork(1);
+    san_gpa_fork(1);
 }
 
 static void fork_release(void)
 {
+    san_gpa_fork(0);
     san_heap_fork(0);
     san_report_fork(0);
     san_options_fork(0);

@@ -82,12 +82,29 @@ static void vprint(san_report *r, const char *fmt, va_list ap)
         r->used += (size_t)n < sizeof r->text - r->used ? (size_t)n : sizeof r->text - r->used - 1;
 }
 
+san_report *san_report_begin_plain(void)
+{
+    pthread_mutex_lock(&report_lock);
+    the_report.used = 0;
+    return &the_report;
+}
+
 void san_printf(san_report *r, const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
     vprint(r, fmt, ap);
     va_end(ap);
+}
+
+void san_print_words(san_report *r, const uintptr_t *w, unsigned n)
+{
+    int cut = 1;
+    size_t room = stack_room(r);
+    if (room)
+        r->used += san_format_trace(w, n, r->text + r->used, room, &cut);
+    if (cut)
+        san_printf(r, "%s", cut_line);
 }
 
 void san_print_depot_trace(san_report *r, uint32_t id)
@@ -98,14 +115,8 @@ void san_print_depot_trace(san_report *r, uint32_t id)
         san_printf(r, "    <stack not recorded (depot budget spent)>\n");
         return;
     }
-    int cut = 1;
-    size_t room = stack_room(r);
-    if (room)
-        r->used += san_format_trace(w, n, r->text + r->used, room, &cut);
-    if (cut)
-        san_printf(r, "%s", cut_line);
+    san_print_words(r, w, n);
 }
-
 static crawl_action print_frame(const crawl_cf *cf, void *ctx)
 {
     san_report *r = ctx;
@@ -133,15 +144,22 @@ void san_first_frame(const crawl_regs *from, crawl_regs *out)
     sw_walk(from, 0, 1, first_native, out, CRAWL_WALK_SKIP_FRAMES);
 }
 
+void san_print_stack_uc(san_report *r, const ucontext_t *uc)
+{
+    crawl_regs regs;
+    sw_regs_from_ucontext(&regs, uc);
+    sw_walk(&regs, 1, 0, print_frame, r, CRAWL_WALK_FUNCTIONS_ONLY | CRAWL_WALK_SIGNAL_SAFE);
+}
+
 void san_print_stack_at(san_report *r, const crawl_regs *from)
 {
     sw_walk(from, 0, 1, print_frame, r, CRAWL_WALK_FUNCTIONS_ONLY);
 }
 
-void san_report_end(san_report *r)
+static void emit(san_report *r, int may_halt)
 {
     const san_options *o = san_opts();
-    if (o->halt_on_error)
+    if (may_halt && o->halt_on_error)
         san_printf(r, "==%d==ABORTING\n", (int)getpid());
     int fd = STDERR_FILENO, opened = 0;
     if (strcmp(o->log_path, "stdout") == 0)
@@ -166,10 +184,20 @@ void san_report_end(san_report *r)
     __atomic_add_fetch(&reports, 1, __ATOMIC_RELAXED);
     if (callback)
         callback(r->text, callback_ctx);
-    int halt = o->halt_on_error;
+    int halt = may_halt && o->halt_on_error;
     pthread_mutex_unlock(&report_lock);
     if (halt)
         abort();
+}
+
+void san_report_end(san_report *r)
+{
+    emit(r, 1);
+}
+
+void san_report_emit(san_report *r)
+{
+    emit(r, 0);
 }
 
 /* ---- the public producer API: the same path for reports of other libraries ---- */

@@ -46,7 +46,10 @@ static void test_sources_in_order(void **state)
                                    "quarantine_size_mb=8:redzone=64:fast_unwind_on_malloc=0:"
                                    "depot_budget_mb=256:gc_stress=0:gc_stress_transitions=0:"
                                    "gc_verify=0:"
-                                   "gc_poison_collected=0:gc_alloc_stacks=0:gc_quarantine_mb=16");
+                                   "gc_poison_collected=0:gc_alloc_stacks=0:gc_quarantine_mb=16:"
+                                   "gpa_sample_rate=5000:gpa_max_allocations=16:"
+                                   "gpa_perfectly_right_align=0:gpa_recoverable=0:"
+                                   "gpa_install_signal_handlers=1");
     assert_int_equal(crawl_sanitizer_set_options("redzone=128::fast_unwind_on_malloc=1:"), 0);
     assert_non_null(strstr(current(), "redzone=128:fast_unwind_on_malloc=1"));
 }

@@ -1,0 +1,57 @@
+/* crawl — a sampled guard-page allocator (GWP-ASan's design) with mixed
+ * stacks.
+ *
+ * A few allocations, one in gpa_sample_rate, go to a fixed pool of slots,
+ * each a page between PROT_NONE guard pages, placed against the left or the
+ * right guard at random. A freed slot is made inaccessible and keeps its
+ * metadata (sizes, threads, allocation and free stacks, compressed in the
+ * slot's own record: no depot needed) until it is reused. A fault in the
+ * pool (use after free, buffer overflow or underflow) and a double or
+ * invalid free are reported in GWP-ASan's shape ("*** GWP-ASan detected a
+ * memory error ***") with crawl's mixed stacks, script frames included.
+ *
+ * Options (keys of crawl's option string, help=1 lists them):
+ *   gpa_sample_rate=5000            1 in N allocations sampled; 0 disables
+ *   gpa_max_allocations=16          slots in the pool (fixed at first use)
+ *   gpa_perfectly_right_align=0     1: right-aligned to the byte, not to the alignment
+ *   gpa_recoverable=0               1: report each slot once, make it accessible, go on
+ *   gpa_install_signal_handlers=1   0: leave SIGSEGV/SIGBUS alone
+ * These are the entry points an allocator calls (GWP-ASan's allocator
+ * stubs): sample, then allocate from the pool, or fall back to its own.
+ * Thread-safe. Not async-signal-safe (the pool takes a lock; stacks are
+ * captured with a walk). */
+#ifndef CRAWL_GUARDED_H
+#define CRAWL_GUARDED_H
+
+#include <crawl/common.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* 1 once in gpa_sample_rate calls on average (a per-thread countdown: a
+ * decrement and a branch when it says no); 0 otherwise, always when the
+ * rate is 0, and on a thread's first call (which starts its countdown). */
+CRAWL_API int crawl_gpa_should_sample(void);
+
+/* A pool allocation of size bytes aligned to alignment (0: 16), or NULL:
+ * the pool is full, size or alignment exceed a page, or it is called from
+ * inside itself. The caller then allocates the normal way. */
+CRAWL_API CRAWL_ATTR_MALLOC CRAWL_ATTR_ALLOC_SIZE(1) void *crawl_gpa_allocate(size_t size,
+                                                                              size_t alignment);
+
+/* Free a pool allocation (check crawl_gpa_owns first). A double free or a
+ * pointer that is not an allocation's start is reported, and stops the
+ * process unless gpa_recoverable=1. */
+CRAWL_API void crawl_gpa_deallocate(void *p);
+
+/* 1 if p lies in the pool (its slots and guard pages). */
+CRAWL_API int crawl_gpa_owns(const void *p);
+
+/* The requested size of the live pool allocation starting at p, or 0. */
+CRAWL_API size_t crawl_gpa_size(const void *p);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
