@@ -53,7 +53,7 @@ static struct {
 } pool = {.lock = PTHREAD_MUTEX_INITIALIZER};
 static pthread_once_t pool_once = PTHREAD_ONCE_INIT;
 
-static __thread uint32_t next_sample;    /* 0: not started on this thread */
+static __thread uint32_t next_sample;    /* 0: not running on this thread (never "sample") */
 static __thread int inside;              /* recursion guard */
 static __thread uint64_t rng;
 
@@ -207,18 +207,17 @@ int crawl_gpa_should_sample(void)
         next_sample--;
         return 0;
     }
-    unsigned rate = san_opts()->gpa_sample_rate;
+    /* 0: the countdown is not running (a new thread, or just sampled):
+     * start it, at random in [1, 2N] (N on average); 1: this one */
+    unsigned rate = san_opts()->gpa_sample_rate;   /* (re-read here: 0 stops at once) */
     if (rate == 0) {
         next_sample = 0;
         return 0;
     }
-    int start = next_sample == 0;        /* a thread's first call never samples */
-    next_sample = (uint32_t)(rand64() % (2 * (uint64_t)rate)) + 1;
-    if (rate == 1)
-        next_sample = 1;                 /* every call */
-    return !start;
+    if (next_sample == 0)
+        next_sample = rate == 1 ? 1 : (uint32_t)(rand64() % (2 * (uint64_t)rate)) + 1;
+    return --next_sample == 0;
 }
-
 /* ---- allocation ---------------------------------------------------------------------- */
 
 static unsigned capture(const crawl_regs *from, unsigned char *out)

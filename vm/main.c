@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include <crawl/boehm.h>
+#include <crawl/guarded.h>
 
 #include "vm/builtins.h"
 #include "vm/trace.h"
@@ -23,11 +24,42 @@ static const char usage[] =
     "  --sanitize   native buffers on crawl's checked heap, VM objects checked on\n"
     "               access (use-after-collect): AddressSanitizer-style reports with\n"
     "               script frames and allocation stacks (options: CRAWL_OPTIONS)\n"
+    "  --sanitize=sampled  native buffers through the guarded pool, 1 in gpa_sample_rate\n"
+    "               (GWP-ASan's design): misuse of a sampled buffer is reported\n"
     "  --gc-stress N  collect before every Nth allocation and at every native call\n"
     "               (a missing root fails at once)\n"
     "  --gc-verify  check every root the VM reports, at every collection\n"
     "  --help       this text\n"
     "Exit status: 0 success, 1 script error, 2 bad usage.\n";
+
+/* --sanitize=sampled: native buffers through crawl's guarded pool, one in
+ * gpa_sample_rate (GWP-ASan's production trade-off); misuse of a sampled
+ * buffer faults and is reported with script frames. The rest is malloc. */
+static void *sampled_alloc(size_t n)
+{
+    void *p = crawl_gpa_should_sample() ? crawl_gpa_allocate(n, 0) : NULL;
+    return p ? p : malloc(n);
+}
+
+static void sampled_release(void *p)
+{
+    if (crawl_gpa_owns(p))
+        crawl_gpa_deallocate(p);
+    else
+        free(p);
+}
+
+/* The hardware checks sampled buffers: touch the bytes of an access to one
+ * before the VM's own checks refuse it (a freed or too-short buffer faults
+ * here, and the guarded pool reports it with the script frames). */
+static int sampled_check(const void *addr, size_t size, int is_write)
+{
+    (void)is_write;
+    if (crawl_gpa_owns(addr))
+        for (size_t i = 0; i < size; i++)
+            (void)((volatile const unsigned char *)addr)[i];
+    return 0;
+}
 
 static char *read_file(const char *path)
 {
@@ -62,7 +94,7 @@ static char *read_file(const char *path)
 int main(int argc, char **argv)
 {
     const char *file = NULL, *expr = NULL;
-    int native = 0, fast = 0, gc_stats = 0, sanitize = 0, gc_verify = 0;
+    int native = 0, fast = 0, gc_stats = 0, sanitize = 0, sampled = 0, gc_verify = 0;
     long gc_stress = 0;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
@@ -76,6 +108,8 @@ int main(int argc, char **argv)
             gc_stats = 1;
         } else if (strcmp(argv[i], "--sanitize") == 0) {
             sanitize = 1;
+        } else if (strcmp(argv[i], "--sanitize=sampled") == 0) {
+            sampled = 1;
         } else if (strcmp(argv[i], "--gc-verify") == 0) {
             gc_verify = 1;
         } else if (strcmp(argv[i], "--gc-stress") == 0) {
@@ -132,6 +166,8 @@ int main(int argc, char **argv)
     vm->walk_flags = fast ? CRAWL_WALK_FAST : 0;
     if (sanitize)
         vm->alloc = (vm_allocator){crawl_heap_malloc, crawl_heap_free, crawl_heap_check};
+    else if (sampled)
+        vm->alloc = (vm_allocator){sampled_alloc, sampled_release, sampled_check};
 #ifndef CRAWLVM_NO_FRAMES
     char gc_options[160];
     snprintf(gc_options, sizeof gc_options, "%s%s%s",

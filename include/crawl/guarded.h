@@ -30,8 +30,9 @@ extern "C" {
 #endif
 
 /* 1 once in gpa_sample_rate calls on average (a per-thread countdown: a
- * decrement and a branch when it says no); 0 otherwise, always when the
- * rate is 0, and on a thread's first call (which starts its countdown). */
+ * decrement and a branch when it says no), every call with rate 1, never
+ * with rate 0. A countdown that is not running (a new thread) is started,
+ * never taken for "sample now". */
 CRAWL_API int crawl_gpa_should_sample(void);
 
 /* A pool allocation of size bytes aligned to alignment (0: 16), or NULL:

@@ -121,6 +121,33 @@ static void test_usage_and_exit_codes(void **state)
     EXPECT_EXIT(&p, 2);
 }
 
+/* --sanitize=sampled with every buffer sampled: a use after free faults
+ * in the guarded pool, reported in GWP-ASan's shape with the script frames
+ * in all three stacks. */
+static void test_sanitize_sampled(void **state)
+{
+    (void)state;
+    char path[512];
+    snprintf(path, sizeof path, "%s/use_after_free.crawl", EXAMPLES_DIR);
+    setenv("CRAWL_OPTIONS", "gpa_sample_rate=1", 1);
+    proc p;
+    crawlvm(&p, (const char *[]){"--sanitize=sampled", path, NULL});
+    unsetenv("CRAWL_OPTIONS");
+    if (!WIFSIGNALED(p.status) || WTERMSIG(p.status) != SIGSEGV)
+        fail_msg("status %#x:\n%s", p.status, p.err);
+    t_expect_lines(p.err, (const char *const[]){
+        "^\\*\\*\\* GWP-ASan detected a memory error \\*\\*\\*$",
+        "^Use After Free at 0x[0-9a-f]+ \\(0 bytes into a 40-byte allocation at 0x[0-9a-f]+\\) by "
+        "thread T0 here:$",
+        "^    #[0-9]+ in first-entry .*use_after_free.crawl:6$",
+        "was deallocated by thread T0 here:$",
+        "^    #[0-9]+ in drop-table .*use_after_free.crawl:5$",
+        "was allocated by thread T0 here:$",
+        "^    #[0-9]+ in make-table .*use_after_free.crawl:4$",
+        "^\\*\\*\\* End GWP-ASan report \\*\\*\\*$",
+        NULL});
+}
+
 /* (gc-roots) and (gc-why obj): crawl-boehm's census and why-alive from a
  * script, naming the script frames' segment and the path to the object. */
 static void test_gc_roots_and_why(void **state)
@@ -501,6 +528,7 @@ int main(void)
         cmocka_unit_test(test_gc_stats),
         cmocka_unit_test(test_examples),
         cmocka_unit_test(test_gc_roots_and_why),
+        cmocka_unit_test(test_sanitize_sampled),
         cmocka_unit_test(test_sanitize_use_after_free),
         cmocka_unit_test(test_callback_limits),
         cmocka_unit_test(test_sanitize_overflow_and_go_on),
