@@ -53,9 +53,14 @@ static struct {
 } pool = {.lock = PTHREAD_MUTEX_INITIALIZER};
 static pthread_once_t pool_once = PTHREAD_ONCE_INIT;
 
-static __thread uint32_t next_sample;    /* 0: not running on this thread (never "sample") */
-static __thread int inside;              /* recursion guard */
-static __thread uint64_t rng;
+/* initial-exec: a plain %fs-relative load, no __tls_get_addr call (the
+ * not-sampled path is this decrement and a branch) */
+#define GPA_TLS __attribute__((tls_model("initial-exec")))
+__thread uint32_t crawl__gpa_next GPA_TLS;     /* 0: not running on this thread (never "sample") */
+#define next_sample crawl__gpa_next
+uintptr_t crawl__gpa_lo, crawl__gpa_hi;        /* the pool, for crawl_gpa_owns_inline */
+static __thread int inside GPA_TLS;             /* recursion guard */
+static __thread uint64_t rng GPA_TLS;
 
 static uint64_t rand64(void)
 {
@@ -147,6 +152,8 @@ static void make_pool(void)
         return;                          /* no pool: nothing is ever sampled */
     pool.base = (uintptr_t)base;
     pool.end = pool.base + bytes;
+    crawl__gpa_lo = pool.base;
+    crawl__gpa_hi = pool.end;
     pool.page = page;
     pool.n = n;
     pool.slot = meta;
@@ -201,29 +208,34 @@ size_t crawl_gpa_size(const void *p)
 
 /* ---- sampling ---------------------------------------------------------------------- */
 
-int crawl_gpa_should_sample(void)
+/* The countdown ran out, or is not running: re-read the rate (a change,
+ * 0 included, applies here), start it, and say whether this call samples. */
+__attribute__((noinline, cold)) int crawl__gpa_sample_slow(void)
 {
-    if (__builtin_expect(next_sample > 1, 1)) {
-        next_sample--;
-        return 0;
-    }
-    /* 0: the countdown is not running (a new thread, or just sampled):
-     * start it, at random in [1, 2N] (N on average); 1: this one */
-    unsigned rate = san_opts()->gpa_sample_rate;   /* (re-read here: 0 stops at once) */
+    unsigned rate = san_opts()->gpa_sample_rate;
     if (rate == 0) {
-        next_sample = 0;
+        next_sample = 1u << 20;          /* off: look at the rate again in a million calls */
         return 0;
     }
     if (next_sample == 0)
         next_sample = rate == 1 ? 1 : (uint32_t)(rand64() % (2 * (uint64_t)rate)) + 1;
     return --next_sample == 0;
 }
-/* ---- allocation ---------------------------------------------------------------------- */
+
+int crawl_gpa_should_sample(void)
+{
+    if (__builtin_expect(next_sample > 1, 1)) {
+        next_sample--;
+        return 0;
+    }
+    return crawl__gpa_sample_slow();
+}/* ---- allocation ---------------------------------------------------------------------- */
 
 static unsigned capture(const crawl_regs *from, unsigned char *out)
 {
     uintptr_t w[TRACE_WORDS];
-    unsigned n = san_capture_words(from, TRACE_WORDS, 0, w, TRACE_WORDS);
+    unsigned flags = san_opts()->fast_unwind_on_malloc ? CRAWL_WALK_FAST : 0;
+    unsigned n = san_capture_words(from, TRACE_WORDS, flags, w, TRACE_WORDS);
     return (unsigned)pack(w, n, out, TRACE_BYTES);
 }
 

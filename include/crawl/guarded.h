@@ -29,6 +29,28 @@
 extern "C" {
 #endif
 
+/* The countdown and the pool's bounds, for the inline versions below (an
+ * allocator's fast path then costs a TLS decrement and a branch, and two
+ * compares on free: GWP-ASan's design). Read them only through those. */
+CRAWL_API extern __thread uint32_t crawl__gpa_next __attribute__((tls_model("initial-exec")));
+CRAWL_API extern uintptr_t crawl__gpa_lo, crawl__gpa_hi;
+CRAWL_API int crawl__gpa_sample_slow(void);
+
+/* crawl_gpa_should_sample and crawl_gpa_owns, inlined. */
+static inline int crawl_gpa_should_sample_inline(void)
+{
+    if (__builtin_expect(crawl__gpa_next > 1, 1)) {
+        crawl__gpa_next--;
+        return 0;
+    }
+    return crawl__gpa_sample_slow();
+}
+
+static inline int crawl_gpa_owns_inline(const void *p)
+{
+    return (uintptr_t)p - crawl__gpa_lo < crawl__gpa_hi - crawl__gpa_lo;
+}
+
 /* 1 once in gpa_sample_rate calls on average (a per-thread countdown: a
  * decrement and a branch when it says no), every call with rate 1, never
  * with rate 0. A countdown that is not running (a new thread) is started,
