@@ -3,6 +3,7 @@
 #define CRAWL_FRAMES_INTERNAL_H
 
 #include <crawl/frames.h>
+#include <pthread.h>
 #include <stdatomic.h>
 #include <sys/types.h>
 
@@ -81,6 +82,22 @@ void crawl__thread_bounds(const crawl__thread *th, int self, crawl__bounds *b);
  * type pointer is garbage without dereferencing it. Lock-free. */
 void crawl__type_note(const crawl_frame_type *type);
 int crawl__type_known(const crawl_frame_type *type);
+
+/* Locks crawl takes around work that allocates (module snapshots, the
+ * libdwfl session, reports): they count, per thread, how many the thread
+ * holds, so an allocator hook (the guarded pool behind LD_PRELOAD) can
+ * refuse to re-enter crawl from a malloc crawl itself made. */
+extern __thread int crawl__busy __attribute__((tls_model("initial-exec")));
+static inline void crawl__lock(pthread_mutex_t *m)
+{
+    pthread_mutex_lock(m);
+    crawl__busy++;
+}
+static inline void crawl__unlock(pthread_mutex_t *m)
+{
+    crawl__busy--;
+    pthread_mutex_unlock(m);
+}
 
 /* Print "crawl: fatal: <message>" on stderr with one write(2) and abort.
  * For API misuse and corruption only. Async-signal-safe in practice

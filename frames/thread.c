@@ -15,6 +15,7 @@ static pthread_mutex_t registry_lock = PTHREAD_MUTEX_INITIALIZER;
 static crawl__thread *registry_head;
 static pthread_key_t exit_key;
 static atomic_uint next_seq;
+__thread int crawl__busy __attribute__((tls_model("initial-exec")));
 atomic_ulong crawl__exited_counts[CRAWL__THREAD_COUNTS];    /* and detached */
 static pthread_once_t exit_key_once = PTHREAD_ONCE_INIT;
 

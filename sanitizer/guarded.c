@@ -212,7 +212,13 @@ size_t crawl_gpa_size(const void *p)
  * 0 included, applies here), start it, and say whether this call samples. */
 __attribute__((noinline, cold)) int crawl__gpa_sample_slow(void)
 {
+    /* reading the options may itself allocate (the first read parses them):
+     * that allocation is not sampled, and does not come back here */
+    if (inside)
+        return 0;
+    inside = 1;
     unsigned rate = san_opts()->gpa_sample_rate;
+    inside = 0;
     if (rate == 0) {
         next_sample = 1u << 20;          /* off: look at the rate again in a million calls */
         return 0;
@@ -245,7 +251,7 @@ void *crawl_gpa_allocate(size_t size, size_t alignment)
     crawl_capture_regs(&entry);
     if (alignment == 0)
         alignment = 16;
-    if (inside || !ensure_pool() || size > pool.page || alignment > pool.page ||
+    if (inside || crawl__busy || !ensure_pool() || size > pool.page || alignment > pool.page ||
         (alignment & (alignment - 1)))
         return NULL;
     inside = 1;

@@ -38,18 +38,18 @@ static unsigned long reports;
 
 void crawl_set_report_callback(void (*fn)(const char *report, void *ctx), void *ctx)
 {
-    pthread_mutex_lock(&report_lock);
+    crawl__lock(&report_lock);
     callback = fn;
     callback_ctx = ctx;
-    pthread_mutex_unlock(&report_lock);
+    crawl__unlock(&report_lock);
 }
 
 void san_report_fork(int lock)
 {
     if (lock)
-        pthread_mutex_lock(&report_lock);
+        crawl__lock(&report_lock);
     else
-        pthread_mutex_unlock(&report_lock);
+        crawl__unlock(&report_lock);
 }
 
 unsigned long crawl_sanitizer_report_count(void)
@@ -67,7 +67,7 @@ unsigned san_thread_id(void)
 
 san_report *san_report_begin(void)
 {
-    pthread_mutex_lock(&report_lock);
+    crawl__lock(&report_lock);
     the_report.used = 0;
     san_printf(&the_report, "=================================================================\n");
     return &the_report;
@@ -84,7 +84,7 @@ static void vprint(san_report *r, const char *fmt, va_list ap)
 
 san_report *san_report_begin_plain(void)
 {
-    pthread_mutex_lock(&report_lock);
+    crawl__lock(&report_lock);
     the_report.used = 0;
     return &the_report;
 }
@@ -185,7 +185,7 @@ static void emit(san_report *r, int may_halt)
     if (callback)
         callback(r->text, callback_ctx);
     int halt = may_halt && o->halt_on_error;
-    pthread_mutex_unlock(&report_lock);
+    crawl__unlock(&report_lock);
     if (halt)
         abort();
 }

@@ -24,15 +24,15 @@ static const Dwfl_Callbacks callbacks = {
     .debuginfo_path = &debuginfo_path,
 };
 
-void sw_dwfl_lock(void) { pthread_mutex_lock(&dwfl_lock); }
-void sw_dwfl_unlock(void) { pthread_mutex_unlock(&dwfl_lock); }
+void sw_dwfl_lock(void) { crawl__lock(&dwfl_lock); }
+void sw_dwfl_unlock(void) { crawl__unlock(&dwfl_lock); }
 
 void sw_dwfl_fork(int phase)
 {
     if (phase == 0)
-        pthread_mutex_lock(&dwfl_lock);
+        crawl__lock(&dwfl_lock);
     else
-        pthread_mutex_unlock(&dwfl_lock);
+        crawl__unlock(&dwfl_lock);
 }
 
 static void session_end(void)
@@ -44,9 +44,9 @@ static void session_end(void)
 
 void sw_dwfl_forget(void)
 {
-    pthread_mutex_lock(&dwfl_lock);
+    crawl__lock(&dwfl_lock);
     session_end();
-    pthread_mutex_unlock(&dwfl_lock);
+    crawl__unlock(&dwfl_lock);
 }
 
 static Dwfl *session_open(void)

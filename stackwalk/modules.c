@@ -380,18 +380,18 @@ static int rebuild(void)
  * lock, or walks counted in readers, existed only in the parent. */
 static void fork_prepare(void)
 {
-    pthread_mutex_lock(&build_lock);
+    crawl__lock(&build_lock);
     sw_dwfl_fork(0);                     /* the lock order: build_lock, then libdwfl's */
 }
 static void fork_parent(void)
 {
     sw_dwfl_fork(1);
-    pthread_mutex_unlock(&build_lock);
+    crawl__unlock(&build_lock);
 }
 static void fork_child(void)
 {
     sw_dwfl_fork(1);
-    pthread_mutex_unlock(&build_lock);
+    crawl__unlock(&build_lock);
 }
 
 /* membarrier(2)'s private expedited command, registered once. */
@@ -410,9 +410,9 @@ __attribute__((constructor)) static void modules_init(void)
     find_permanent_modules();
     init_membarrier();
     pthread_atfork(fork_prepare, fork_parent, fork_child);
-    pthread_mutex_lock(&build_lock);
+    crawl__lock(&build_lock);
     rebuild();                           /* signal-safe walks need a snapshot from the start */
-    pthread_mutex_unlock(&build_lock);
+    crawl__unlock(&build_lock);
 }
 
 /* Compile m once (under build_lock). */
@@ -452,9 +452,9 @@ const sw_snapshot *sw_snap_refresh(void)
     sw_snapshot *s = atomic_load(&current);
     if (s && c[0] == s->adds && c[1] == s->subs)
         return s;
-    pthread_mutex_lock(&build_lock);
+    crawl__lock(&build_lock);
     rebuild();
-    pthread_mutex_unlock(&build_lock);
+    crawl__unlock(&build_lock);
     return atomic_load(&current);
 }
 
@@ -463,16 +463,16 @@ const sw_rules *sw_module_rules(sw_module *m)
     const sw_rules *r = atomic_load_explicit(&m->rules, memory_order_acquire);
     if (r || atomic_load_explicit(&m->compiled, memory_order_acquire))
         return r;
-    pthread_mutex_lock(&build_lock);
+    crawl__lock(&build_lock);
     compile(m);
     r = atomic_load(&m->rules);
-    pthread_mutex_unlock(&build_lock);
+    crawl__unlock(&build_lock);
     return r;
 }
 
 int sw_modules_warm(void)
 {
-    pthread_mutex_lock(&build_lock);
+    crawl__lock(&build_lock);
     int rc = rebuild();
     int with_cfi = 0;
     const sw_snapshot *s = atomic_load(&current);
@@ -481,7 +481,7 @@ int sw_modules_warm(void)
     }
     for (sw_module *m = modules; m; m = m->next)
         with_cfi += atomic_load(&m->rules) != NULL;
-    pthread_mutex_unlock(&build_lock);
+    crawl__unlock(&build_lock);
     return rc < 0 ? rc : with_cfi;
 }
 
@@ -498,7 +498,7 @@ int crawl_module_pin(const void *addr)
         dlclose(h);
     else if (!is_permanent((uintptr_t)addr))
         return -ENOENT;                  /* (the program is permanent, and not dlopen'able by path) */
-    pthread_mutex_lock(&build_lock);
+    crawl__lock(&build_lock);
     /* dli_fbase is the lowest mapped address; dlpi_addr the load bias. */
     struct link_map *lm = NULL;
     uintptr_t base = (uintptr_t)info.dli_fbase;
@@ -508,6 +508,6 @@ int crawl_module_pin(const void *addr)
         pinned[npinned++] = base;
     force_rebuild = 1;
     rebuild();
-    pthread_mutex_unlock(&build_lock);
+    crawl__unlock(&build_lock);
     return 0;
 }

@@ -1,0 +1,256 @@
+/* libcrawl-preload.so: the guarded pool for a whole process, through
+ * LD_PRELOAD. The malloc family, strdup/strndup and the C++ operator
+ * new/delete family are interposed: one allocation in gpa_sample_rate goes
+ * to crawl's guarded pool, every other call to glibc's functions, found
+ * with dlsym(RTLD_NEXT). dlsym itself may allocate before those are known:
+ * such calls get memory from a small static bootstrap arena, which free
+ * then ignores. Set-uid and set-gid programs are left alone: every call
+ * goes straight to glibc.
+ *
+ * The pool's own work (a stack walk that compiles CFI, symbolization in a
+ * report) allocates too: crawl_gpa_allocate refuses to sample while it is
+ * inside itself, so those calls reach glibc. */
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <errno.h>
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/auxv.h>
+#include <unistd.h>
+
+#include <crawl/guarded.h>
+
+#define EXPORT __attribute__((visibility("default")))
+
+static void *(*real_malloc)(size_t);
+static void (*real_free)(void *);
+static void *(*real_calloc)(size_t, size_t);
+static void *(*real_realloc)(void *, size_t);
+static void *(*real_memalign)(size_t, size_t);
+static size_t (*real_usable)(void *);
+static int ready;                        /* 1: the real functions are known; -1: pass-through only */
+static int secure;                       /* set-uid/set-gid: never sample */
+
+/* ---- the bootstrap arena (dlsym's own allocations) ----------------------------------- */
+
+static _Alignas(16) char boot[1 << 16];
+static atomic_size_t boot_used;
+
+static void *boot_alloc(size_t n)
+{
+    size_t want = (n + 15) & ~(size_t)15;
+    size_t at = atomic_fetch_add(&boot_used, want);
+    return at + want <= sizeof boot ? boot + at : NULL;
+}
+
+static int from_boot(const void *p)
+{
+    return (const char *)p >= boot && (const char *)p < boot + sizeof boot;
+}
+
+static __thread int resolving __attribute__((tls_model("initial-exec")));
+
+static void resolve(void)
+{
+    if (ready || resolving)
+        return;
+    resolving = 1;
+    real_malloc = (void *(*)(size_t))dlsym(RTLD_NEXT, "malloc");
+    real_free = (void (*)(void *))dlsym(RTLD_NEXT, "free");
+    real_calloc = (void *(*)(size_t, size_t))dlsym(RTLD_NEXT, "calloc");
+    real_realloc = (void *(*)(void *, size_t))dlsym(RTLD_NEXT, "realloc");
+    real_memalign = (void *(*)(size_t, size_t))dlsym(RTLD_NEXT, "memalign");
+    real_usable = (size_t(*)(void *))dlsym(RTLD_NEXT, "malloc_usable_size");
+    secure = getauxval(AT_SECURE) != 0;
+    ready = real_malloc && real_free && real_calloc && real_realloc && real_memalign && real_usable;
+    resolving = 0;
+}
+
+/* One in gpa_sample_rate: a pool allocation, else NULL. */
+static void *sampled(size_t size, size_t alignment)
+{
+    if (secure || !crawl_gpa_should_sample_inline())
+        return NULL;
+    return crawl_gpa_allocate(size, alignment);
+}
+
+/* ---- the C entry points ----------------------------------------------------------------- */
+
+EXPORT void *malloc(size_t n)
+{
+    if (__builtin_expect(!ready, 0)) {
+        resolve();
+        if (!ready)
+            return boot_alloc(n);
+    }
+    void *p = sampled(n, 0);
+    return p ? p : real_malloc(n);
+}
+
+EXPORT void free(void *p)
+{
+    if (!p || from_boot(p))
+        return;
+    if (__builtin_expect(crawl_gpa_owns_inline(p), 0)) {
+        crawl_gpa_deallocate(p);
+        return;
+    }
+    if (!ready)
+        resolve();
+    if (ready)
+        real_free(p);
+}
+
+EXPORT void *calloc(size_t n, size_t size)
+{
+    size_t total;
+    if (__builtin_mul_overflow(n, size, &total)) {
+        errno = ENOMEM;
+        return NULL;
+    }
+    if (__builtin_expect(!ready, 0)) {
+        resolve();
+        if (!ready) {
+            void *b = boot_alloc(total);
+            return b ? memset(b, 0, total) : NULL;
+        }
+    }
+    void *p = sampled(total, 0);
+    if (p)
+        return memset(p, 0, total);
+    return real_calloc(n, size);
+}
+
+EXPORT size_t malloc_usable_size(void *p)
+{
+    if (!p || from_boot(p))
+        return 0;
+    if (crawl_gpa_owns_inline(p))
+        return crawl_gpa_size(p);
+    if (!ready)
+        resolve();
+    return ready ? real_usable(p) : 0;
+}
+
+EXPORT void *realloc(void *p, size_t n)
+{
+    if (!p)
+        return malloc(n);
+    if (from_boot(p) || crawl_gpa_owns_inline(p)) {
+        /* move it: into a new allocation (which may be sampled again) */
+        size_t old = from_boot(p) ? n : crawl_gpa_size(p);
+        if (n == 0) {
+            free(p);
+            return NULL;
+        }
+        void *q = malloc(n);
+        if (q)
+            memcpy(q, p, old < n ? old : n);
+        if (q && !from_boot(p))
+            crawl_gpa_deallocate(p);
+        return q;
+    }
+    if (!ready)
+        resolve();
+    return real_realloc(p, n);
+}
+
+EXPORT void *memalign(size_t alignment, size_t n)
+{
+    if (__builtin_expect(!ready, 0)) {
+        resolve();
+        if (!ready)
+            return NULL;
+    }
+    void *p = sampled(n, alignment);
+    return p ? p : real_memalign(alignment, n);
+}
+
+EXPORT int posix_memalign(void **out, size_t alignment, size_t n)
+{
+    if (alignment < sizeof(void *) || (alignment & (alignment - 1)))
+        return EINVAL;
+    void *p = memalign(alignment, n);
+    if (!p)
+        return ENOMEM;
+    *out = p;
+    return 0;
+}
+
+EXPORT void *aligned_alloc(size_t alignment, size_t n) { return memalign(alignment, n); }
+
+EXPORT void *valloc(size_t n) { return memalign((size_t)sysconf(_SC_PAGESIZE), n); }
+
+EXPORT void *pvalloc(size_t n)
+{
+    size_t page = (size_t)sysconf(_SC_PAGESIZE);
+    return memalign(page, (n + page - 1) & ~(page - 1));
+}
+
+EXPORT char *strdup(const char *s)
+{
+    size_t n = strlen(s) + 1;
+    char *d = malloc(n);
+    return d ? memcpy(d, s, n) : NULL;
+}
+
+EXPORT char *strndup(const char *s, size_t max)
+{
+    size_t n = strnlen(s, max);
+    char *d = malloc(n + 1);
+    if (!d)
+        return NULL;
+    memcpy(d, s, n);
+    d[n] = '\0';
+    return d;
+}
+
+/* ---- the C++ operators (their mangled names; failure aborts, as a new
+ * without a new_handler would end the program) ------------------------------------------- */
+
+static void *must(void *p)
+{
+    if (!p)
+        abort();
+    return p;
+}
+
+EXPORT void *_Znwm(size_t n) { return must(malloc(n ? n : 1)); }
+EXPORT void *_Znam(size_t n) { return must(malloc(n ? n : 1)); }
+EXPORT void *_ZnwmRKSt9nothrow_t(size_t n, const void *t) { (void)t; return malloc(n ? n : 1); }
+EXPORT void *_ZnamRKSt9nothrow_t(size_t n, const void *t) { (void)t; return malloc(n ? n : 1); }
+EXPORT void *_ZnwmSt11align_val_t(size_t n, size_t a) { return must(memalign(a, n ? n : 1)); }
+EXPORT void *_ZnamSt11align_val_t(size_t n, size_t a) { return must(memalign(a, n ? n : 1)); }
+EXPORT void *_ZnwmSt11align_val_tRKSt9nothrow_t(size_t n, size_t a, const void *t)
+{
+    (void)t;
+    return memalign(a, n ? n : 1);
+}
+EXPORT void *_ZnamSt11align_val_tRKSt9nothrow_t(size_t n, size_t a, const void *t)
+{
+    (void)t;
+    return memalign(a, n ? n : 1);
+}
+EXPORT void _ZdlPv(void *p) { free(p); }
+EXPORT void _ZdaPv(void *p) { free(p); }
+EXPORT void _ZdlPvm(void *p, size_t n) { (void)n; free(p); }
+EXPORT void _ZdaPvm(void *p, size_t n) { (void)n; free(p); }
+EXPORT void _ZdlPvRKSt9nothrow_t(void *p, const void *t) { (void)t; free(p); }
+EXPORT void _ZdaPvRKSt9nothrow_t(void *p, const void *t) { (void)t; free(p); }
+EXPORT void _ZdlPvSt11align_val_t(void *p, size_t a) { (void)a; free(p); }
+EXPORT void _ZdaPvSt11align_val_t(void *p, size_t a) { (void)a; free(p); }
+EXPORT void _ZdlPvmSt11align_val_t(void *p, size_t n, size_t a) { (void)n, (void)a; free(p); }
+EXPORT void _ZdaPvmSt11align_val_t(void *p, size_t n, size_t a) { (void)n, (void)a; free(p); }
+EXPORT void _ZdlPvSt11align_val_tRKSt9nothrow_t(void *p, size_t a, const void *t)
+{
+    (void)a, (void)t;
+    free(p);
+}
+EXPORT void _ZdaPvSt11align_val_tRKSt9nothrow_t(void *p, size_t a, const void *t)
+{
+    (void)a, (void)t;
+    free(p);
+}

@@ -1,0 +1,51 @@
+#!/bin/sh
+# libcrawl-preload.so on real programs: with every allocation sampled they
+# run to completion with the same output and no report; a buggy program is
+# caught, with its three stacks, on every run.
+# usage: run.sh PRELOAD_LIB BUGGY_PROGRAM
+set -u
+lib=$1 buggy=$2
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+fail=0 passed=0
+seq 1 100000 | awk '{ print ($1 * 7919) % 100003 }' >"$work/nums"
+run_same() {   # name, command...
+    name=$1; shift
+    "$@" >"$work/plain" 2>&1
+    CRAWL_OPTIONS=gpa_sample_rate=1 LD_PRELOAD=$lib "$@" >"$work/sampled" 2>"$work/err"
+    rc=$?
+    if [ $rc -ne 0 ] || ! cmp -s "$work/plain" "$work/sampled" || grep -q 'GWP-ASan' "$work/err"; then
+        echo "preload: $name differs under the preload (rc $rc)"; head -20 "$work/err"; fail=1
+    else
+        passed=$((passed + 1))
+    fi
+}
+run_same sort sort -n "$work/nums"
+run_same gzip gzip -c "$work/nums"
+if [ -x /usr/bin/python3 ]; then
+    run_same python3 /usr/bin/python3 -c 'import json, email.parser, http.client, decimal, collections
+print(sum(json.loads(json.dumps(list(range(1000))))))'
+else
+    echo "preload: note: /usr/bin/python3 absent, not tried"
+fi
+if command -v lua5.4 >/dev/null; then
+    run_same lua5.4 lua5.4 -e 'local t = {} for i = 1, 10000 do t[i] = tostring(i) end print(#table.concat(t))'
+else
+    echo "preload: note: lua5.4 absent, not tried (apt-get install lua5.4)"
+fi
+for i in 1 2 3; do
+    CRAWL_OPTIONS=gpa_sample_rate=1:gpa_max_allocations=4096 LD_PRELOAD=$lib "$buggy" >/dev/null 2>"$work/err"
+    rc=$?
+    if [ $rc -ne 139 ] || ! grep -q '^Use After Free at ' "$work/err" ||
+       ! grep -q 'in use .*buggy.c' "$work/err" || ! grep -q 'in drop .*buggy.c' "$work/err" ||
+       ! grep -q 'in make_name .*buggy.c' "$work/err"; then
+        echo "preload: the buggy program was not caught on run $i (rc $rc)"; cat "$work/err"; fail=1
+    else
+        passed=$((passed + 1))
+    fi
+done
+if [ $fail -ne 0 ]; then
+    echo "preload: 0 passed, 1 failed"
+    exit 1
+fi
+echo "preload: $passed programs: 1 passed, 0 failed"
