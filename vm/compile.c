@@ -12,8 +12,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "vm/opcodes.h"
 #include "vm/compile.h"
+#include "vm/opcodes.h"
+#include "vm/read.h"
+#include "vm/value.h"
+#include "vm/vm.h"
 
 typedef struct local {
     const char *name;

@@ -2,13 +2,13 @@
  * crawlvm values and C through crawl-ffi (calls inside transition Frames,
  * callbacks inside entry Frames). */
 #include <gc/gc.h>
-#include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "vm/builtins.h"
 #include "vm/ffi_bind.h"
+#include "vm/value.h"
+#include "vm/vm.h"
 
 #define BUILTIN(cname) static value cname(vm_state *vm, int argc, value *argv)
 #define UNUSED_ARGS (void)vm, (void)argc, (void)argv

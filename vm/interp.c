@@ -11,11 +11,11 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "vm/opcodes.h"
-#include "vm/builtins.h"
 #include "vm/ffi_bind.h"
 #include "vm/interp.h"
-#include "vm/trace.h"
+#include "vm/opcodes.h"
+#include "vm/value.h"
+#include "vm/vm.h"
 
 /* ---- the interpreter segment Frame ----------------------------------------- */
 

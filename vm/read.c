@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "vm/read.h"
+#include "vm/value.h"
 #include "vm/vm.h"
 
 /* Deeper nesting is refused: the reader, the compiler and vm_free_nodes all

@@ -6,8 +6,9 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "vm/interp.h"
 #include "vm/trace.h"
+#include "vm/value.h"
+#include "vm/vm.h"
 
 /* ---- tracebacks -------------------------------------------------------------- */
 
