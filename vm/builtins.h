@@ -12,6 +12,8 @@ typedef struct vm_reg {
     builtin_fn fn;
 } vm_reg;
 
+/* Define a global builtin; max_args -1 for variadic. name must live forever. */
+void vm_def_builtin(vm_state *vm, const char *name, int min_args, int max_args, builtin_fn fn);
 /* Define every builtin of regs as a global. */
 void vm_register(vm_state *vm, const vm_reg *regs);
 /* printing, integers, strings, vectors, errors and traces, the collector,

@@ -73,8 +73,6 @@ int vm_eval(vm_state *vm, const char *source, const char *file, value *result);
  * interpreter segment, so the arguments are GC roots during it. */
 value vm_call(vm_state *vm, value fn, int argc, const value *argv);
 int vm_global_index(vm_state *vm, const char *name);
-/* Define a global builtin; max_args -1 for variadic. name must live forever. */
-void vm_def_builtin(vm_state *vm, const char *name, int min_args, int max_args, builtin_fn fn);
 /* Write all of [s, s+n) to fd (print, tracebacks): retries short writes,
  * stops at an error. */
 void vm_write_all(int fd, const char *s, size_t n);
