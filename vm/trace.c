@@ -1,8 +1,6 @@
-/* Errors, tracebacks and fatal signals. */
+/* Tracebacks and fatal signals. */
 #include <signal.h>
-#include <stdarg.h>
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -11,7 +9,6 @@
 #include "vm/vm.h"
 
 /* ---- tracebacks -------------------------------------------------------------- */
-
 
 typedef struct tb {
     int fd;
@@ -102,26 +99,6 @@ void vm_print_traceback(vm_state *v, int fd, const char *title)
     tb t = {.fd = fd, .skip_to_vm = 1};
     crawl_walk(tb_frame, &t, traceback_flags(v));
     finish_traceback(&t);
-}
-
-_Noreturn void vm_error(vm_state *v, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(v->error, sizeof v->error, fmt, ap);
-    va_end(ap);
-    vm_print_traceback(v, STDERR_FILENO, "Traceback (most recent call first):");
-    dprintf(STDERR_FILENO, "error: %s\n", v->error);
-    if (!v->on_error)
-        exit(1);
-    /* back to vm_eval: cut the Frame chain and the VM stacks to what it saw */
-    crawl_frame_unwind_to(v->error_frame_top);
-    v->top = v->error_top;
-    v->nci = v->error_nci;
-    v->seg = v->error_seg;
-    if (v->seg)
-        v->seg->ci_end = v->seg->v_end = 0;
-    longjmp(*v->on_error, 1);
 }
 
 /* ---- fatal signals in native code ---------------------------------------------- */

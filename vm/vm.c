@@ -1,5 +1,6 @@
-/* The VM object: stacks, globals, evaluation, calls from C. */
+/* The VM object: stacks, globals, evaluation and its errors, calls from C. */
 #include <gc/gc.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -9,6 +10,7 @@
 #include "vm/compile.h"
 #include "vm/interp.h"
 #include "vm/read.h"
+#include "vm/trace.h"
 #include "vm/vm.h"
 
 #define STACK_SLOTS (4u << 20)           /* 32 MiB reserved, touched as used */
@@ -29,8 +31,6 @@ static void *reserve(size_t bytes)
 static void *plain_alloc(size_t n) { return malloc(n); }
 static void plain_release(void *p) { free(p); }
 
-/* The VM struct is plain malloc memory: its only GC reference, the globals
- * array, is itself an uncollectable (scanned) root. */
 void vm_write_all(int fd, const char *s, size_t n)
 {
     while (n) {
@@ -51,6 +51,8 @@ static int is_immediate(uintptr_t v)
 }
 #endif
 
+/* The VM struct is plain malloc memory: its only GC reference, the globals
+ * array, is itself an uncollectable (scanned) root. */
 vm_state *vm_new(void)
 {
     vm_state *v = calloc(1, sizeof *v);
@@ -200,6 +202,27 @@ int vm_eval(vm_state *v, const char *source, const char *file, value *result)
     if (result)
         *result = rc ? V_NIL : r;
     return rc;
+}
+
+/* The other half of vm_eval: report, then cut the Frame chain and the VM
+ * stacks back to what vm_eval saw. */
+_Noreturn void vm_error(vm_state *v, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(v->error, sizeof v->error, fmt, ap);
+    va_end(ap);
+    vm_print_traceback(v, STDERR_FILENO, "Traceback (most recent call first):");
+    dprintf(STDERR_FILENO, "error: %s\n", v->error);
+    if (!v->on_error)
+        exit(1);
+    crawl_frame_unwind_to(v->error_frame_top);
+    v->top = v->error_top;
+    v->nci = v->error_nci;
+    v->seg = v->error_seg;
+    if (v->seg)
+        v->seg->ci_end = v->seg->v_end = 0;
+    longjmp(*v->on_error, 1);
 }
 
 #ifdef CRAWLVM_NO_FRAMES
