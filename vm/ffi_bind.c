@@ -143,11 +143,11 @@ value vm_call_ffi(vm_state *vm, ffi_obj *f, int argc, value *argv)
     return from_c(vm, ret, crawl_ffi_ret_type(f->fn), name);
 }
 
-/* C called a callback: run its VM closure (in a new interpreter segment). */
 /* Native code that calls back into the VM, which calls native code again...
  * recurses in C: stop with a script error while some stack is left. */
 #define CALLBACK_STACK_RESERVE (256 * 1024)
 
+/* C called a callback: run its VM closure (in a new interpreter segment). */
 static void callback_handler(const crawl_ffi_closure *c, crawl_ffi_value *ret,
                              const crawl_ffi_value *args, void *user)
 {
@@ -156,8 +156,7 @@ static void callback_handler(const crawl_ffi_closure *c, crawl_ffi_value *ret,
     if (!vm) {
         static const char msg[] = "crawlvm: a callback was called after its VM was freed; "
                                   "returning 0\n";
-        ssize_t w = write(STDERR_FILENO, msg, sizeof msg - 1);
-        (void)w;
+        vm_write_all(STDERR_FILENO, msg, sizeof msg - 1);
         memset(ret, 0, sizeof *ret);
         return;
     }
@@ -200,7 +199,6 @@ BUILTIN(b_ffi_callback)
     GC_REGISTER_FINALIZER(cb, free_callback, NULL, NULL, NULL);
     return (value)cb;
 }
-
 
 static const vm_reg ffi_lib[] = {
     {"ffi-fn", 3, 3, b_ffi_fn},
