@@ -12,7 +12,6 @@
 
 typedef struct tb {
     int fd;
-    unsigned lines;
     int skip_to_vm;                     /* drop the C frames of crawlvm's own error/trace code */
     char last[800];                     /* the last line printed, and how often it came again */
     unsigned repeats;
@@ -82,7 +81,6 @@ static crawl_action tb_frame(const crawl_cf *cf, void *ctx)
     }
     if (n > 0)
         emit_line(t, line, (size_t)n < sizeof line ? (size_t)n : sizeof line - 1);
-    t->lines++;
     return CRAWL_CONTINUE;
 }
 
