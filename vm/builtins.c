@@ -368,7 +368,7 @@ BUILTIN(b_gc_why)
 
 /* ---- native buffers (raw memory for the FFI) ------------------------------------ */
 
-static void GC_CALLBACK release_buffer(void *o, void *vmp)
+static void GC_CALLBACK finalize_buffer(void *o, void *vmp)
 {
     buffer_obj *b = o;
     if (!b->freed)
@@ -390,7 +390,7 @@ BUILTIN(b_make_buffer)
     if (!b->data)
         vm_error(vm, "make-buffer: cannot allocate %ld bytes", (long)n);
     memset(b->data, 0, (size_t)n);
-    GC_REGISTER_FINALIZER(b, release_buffer, vm, NULL, NULL);
+    GC_REGISTER_FINALIZER(b, finalize_buffer, vm, NULL, NULL);
     return (value)b;
 }
 

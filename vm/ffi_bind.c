@@ -27,7 +27,7 @@ static value make_pointer(vm_state *vm, void *p)
     return (value)o;
 }
 
-static void GC_CALLBACK free_ffi(void *o, void *unused)
+static void GC_CALLBACK finalize_ffi(void *o, void *unused)
 {
     (void)unused;
     crawl_ffi_free(((ffi_obj *)o)->fn);
@@ -51,7 +51,7 @@ BUILTIN(b_ffi_fn)
     }
     o->h.type = T_FFI;
     o->fn = fn;
-    GC_REGISTER_FINALIZER(o, free_ffi, NULL, NULL, NULL);
+    GC_REGISTER_FINALIZER(o, finalize_ffi, NULL, NULL, NULL);
     return (value)o;
 }
 
@@ -173,7 +173,7 @@ static void callback_handler(const crawl_ffi_closure *c, crawl_ffi_value *ret,
         *ret = to_c(vm, r, rt, "the callback's result", 0);
 }
 
-static void GC_CALLBACK free_callback(void *o, void *unused)
+static void GC_CALLBACK finalize_callback(void *o, void *unused)
 {
     (void)unused;
     crawl_ffi_closure_free(((callback_obj *)o)->c);
@@ -196,7 +196,7 @@ BUILTIN(b_ffi_callback)
     cb->c = crawl_ffi_closure_new(sig, callback_handler, cb, ((closure *)argv[0])->p, err, sizeof err);
     if (!cb->c)
         vm_error(vm, "ffi error: %s", err);
-    GC_REGISTER_FINALIZER(cb, free_callback, NULL, NULL, NULL);
+    GC_REGISTER_FINALIZER(cb, finalize_callback, NULL, NULL, NULL);
     return (value)cb;
 }
 

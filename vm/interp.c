@@ -84,7 +84,8 @@ const crawl_frame_type vm_segment_type = {
 #define SAVE() (vm->top = (uint32_t)(sp - stack), ci->pc = pc)
 #define FAIL(...) (SAVE(), vm_error(vm, __VA_ARGS__))
 
-static void check_fix2(vm_state *vm, value a, value b, const char *op)
+/* a or b is not an integer: the error names the first that is not */
+static _Noreturn void integer_type_error(vm_state *vm, value a, value b, const char *op)
 {
     if (!IS_FIX(a))
         vm_error(vm, "type error: %s expects integers, got %s", op, vm_type_name(a));
@@ -232,7 +233,7 @@ op_ADD: {
     value b = *--sp, a = sp[-1];
     intptr_t r;
     if (!(IS_FIX(a) & IS_FIX(b)))
-        SAVE(), check_fix2(vm, a, b, "+");
+        SAVE(), integer_type_error(vm, a, b, "+");
     if (__builtin_add_overflow((intptr_t)a, (intptr_t)b - 1, &r))
         FAIL("integer overflow in +");
     sp[-1] = (value)r;
@@ -242,7 +243,7 @@ op_SUB: {
     value b = *--sp, a = sp[-1];
     intptr_t r;
     if (!(IS_FIX(a) & IS_FIX(b)))
-        SAVE(), check_fix2(vm, a, b, "-");
+        SAVE(), integer_type_error(vm, a, b, "-");
     if (__builtin_sub_overflow((intptr_t)a, (intptr_t)b - 1, &r))
         FAIL("integer overflow in -");
     sp[-1] = (value)r;
@@ -252,7 +253,7 @@ op_MUL: {
     value b = *--sp, a = sp[-1];
     intptr_t r;
     if (!(IS_FIX(a) & IS_FIX(b)))
-        SAVE(), check_fix2(vm, a, b, "*");
+        SAVE(), integer_type_error(vm, a, b, "*");
     if (__builtin_mul_overflow(FIXVAL(a), FIXVAL(b), &r) || r > FIX_MAX || r < FIX_MIN)
         FAIL("integer overflow in *");
     sp[-1] = FIX(r);
@@ -262,7 +263,7 @@ op_MUL: {
     op_##opname : {                                                                              \
         value b = *--sp, a = sp[-1];                                                             \
         if (!(IS_FIX(a) & IS_FIX(b)))                                                            \
-            SAVE(), check_fix2(vm, a, b, text);                                                  \
+            SAVE(), integer_type_error(vm, a, b, text);                                          \
         sp[-1] = ((intptr_t)a cmp(intptr_t) b) ? V_TRUE : V_FALSE;                               \
         NEXT();                                                                                  \
     }
