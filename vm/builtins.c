@@ -36,7 +36,7 @@ void *vm_arg_obj(vm_state *vm, value v, otype t, const char *who, const char *wh
     if (vm->check_objects && IS_OBJ(v))
         crawl_gc_check((const void *)v, sizeof(obj), 0);
 #endif
-    if (!is_type(v, t))
+    if (!vm_is_type(v, t))
         vm_error(vm, "type error: %s expects a %s, got %s", who, what, vm_type_name(v));
     return (void *)v;
 }
@@ -94,7 +94,7 @@ BUILTIN(b_display)
 BUILTIN(b_str)
 {
     UNUSED_ARGS;
-    if (is_type(argv[0], T_STRING))
+    if (vm_is_type(argv[0], T_STRING))
         return argv[0];
     char small[256];
     size_t n;
@@ -159,7 +159,7 @@ CMP_BUILTIN(b_gt, ">", >)
 CMP_BUILTIN(b_ge, ">=", >=)
 CMP_BUILTIN(b_numeq, "=", ==)
 
-BUILTIN(b_not) { UNUSED_ARGS; (void)vm; return TRUTHY(argv[0]) ? V_FALSE : V_TRUE; }
+BUILTIN(b_not) { UNUSED_ARGS; (void)vm; return vm_truthy(argv[0]) ? V_FALSE : V_TRUE; }
 
 /* 1 equal, 0 not, -1 nested deeper than any acyclic data should be, -2
  * more element comparisons than MAX_EQUAL_STEPS (shared structure compared
@@ -174,11 +174,11 @@ static int equal(value a, value b, int depth, unsigned long *steps)
         return -1;
     if (++*steps > MAX_EQUAL_STEPS)
         return -2;
-    if (is_type(a, T_STRING) && is_type(b, T_STRING)) {
+    if (vm_is_type(a, T_STRING) && vm_is_type(b, T_STRING)) {
         vstring *x = (vstring *)a, *y = (vstring *)b;   /* strings may hold NUL bytes */
         return x->len == y->len && memcmp(x->s, y->s, x->len) == 0;
     }
-    if (is_type(a, T_VECTOR) && is_type(b, T_VECTOR)) {
+    if (vm_is_type(a, T_VECTOR) && vm_is_type(b, T_VECTOR)) {
         vvector *x = (vvector *)a, *y = (vvector *)b;
         if (x->len != y->len)
             return 0;
@@ -216,10 +216,11 @@ BUILTIN(b_equal)
         return (test) ? V_TRUE : V_FALSE;                                                        \
     }
 TYPE_PRED(b_integerp, IS_FIX(v))
-TYPE_PRED(b_stringp, is_type(v, T_STRING))
-TYPE_PRED(b_vectorp, is_type(v, T_VECTOR))
+TYPE_PRED(b_stringp, vm_is_type(v, T_STRING))
+TYPE_PRED(b_vectorp, vm_is_type(v, T_VECTOR))
 TYPE_PRED(b_nilp, v == V_NIL)
-TYPE_PRED(b_procedurep, is_type(v, T_CLOSURE) || is_type(v, T_BUILTIN) || is_type(v, T_FFI))
+TYPE_PRED(b_procedurep,
+          vm_is_type(v, T_CLOSURE) || vm_is_type(v, T_BUILTIN) || vm_is_type(v, T_FFI))
 
 /* ---- strings and vectors ------------------------------------------------------- */
 
@@ -310,7 +311,7 @@ BUILTIN(b_error)
 
 BUILTIN(b_assert)
 {
-    if (!TRUTHY(argv[0])) {
+    if (!vm_truthy(argv[0])) {
         char what[300] = "";
         if (argc > 1)
             vm_format_value(argv[1], what, sizeof what, 0);

@@ -72,28 +72,28 @@ static crawl_ffi_value to_c(vm_state *vm, value v, char type, const char *fn, in
     case 's':
         if (v == V_NIL)
             return c;
-        if (!is_type(v, T_STRING))
+        if (!vm_is_type(v, T_STRING))
             break;
         c.s = ((vstring *)v)->s;
         return c;
     case 'p':
         if (v == V_NIL)
             return c;
-        if (is_type(v, T_BUFFER)) {
+        if (vm_is_type(v, T_BUFFER)) {
             if (((buffer_obj *)v)->freed && !vm->alloc.check)
                 vm_error(vm, "ffi error: argument %d of %s is a freed buffer", argno, fn);
             c.p = ((buffer_obj *)v)->data;
             return c;
         }
-        if (is_type(v, T_POINTER)) {
+        if (vm_is_type(v, T_POINTER)) {
             c.p = ((pointer_obj *)v)->p;
             return c;
         }
-        if (is_type(v, T_CALLBACK)) {
+        if (vm_is_type(v, T_CALLBACK)) {
             c.p = crawl_ffi_closure_code(((callback_obj *)v)->c);
             return c;
         }
-        if (is_type(v, T_STRING)) {
+        if (vm_is_type(v, T_STRING)) {
             c.p = ((vstring *)v)->s;
             return c;
         }
@@ -182,7 +182,7 @@ static void GC_CALLBACK finalize_callback(void *o, void *unused)
 BUILTIN(b_ffi_callback)
 {
     UNUSED_ARGS;
-    if (!is_type(argv[0], T_CLOSURE))
+    if (!vm_is_type(argv[0], T_CLOSURE))
         vm_error(vm, "type error: ffi-callback expects a function, got %s", vm_type_name(argv[0]));
     const char *sig = ((vstring *)vm_arg_obj(vm, argv[1], T_STRING, "ffi-callback", "string"))->s;
     callback_obj *cb = VM_ALLOC(sizeof *cb);

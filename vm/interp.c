@@ -120,7 +120,7 @@ void vm_segment_leave(vm_state *vm, segment *seg)
  * for OP_CALL and vm_call. */
 value vm_call_native(vm_state *vm, value f, int argc, value *args)
 {
-    if (is_type(f, T_BUILTIN)) {
+    if (vm_is_type(f, T_BUILTIN)) {
         builtin *b = (builtin *)f;
         if (argc < b->min_args || (b->max_args >= 0 && argc > b->max_args)) {
             if (b->min_args == b->max_args)
@@ -132,7 +132,7 @@ value vm_call_native(vm_state *vm, value f, int argc, value *args)
         }
         return b->fn(vm, argc, args);
     }
-    if (is_type(f, T_FFI))
+    if (vm_is_type(f, T_FFI))
         return vm_call_ffi(vm, (ffi_obj *)f, argc, args);
     vm_error(vm, "type error: cannot call %s", vm_type_name(f));
 }
@@ -216,15 +216,15 @@ op_JMP:
     pc += (uint32_t)INS_SARG(ins);
     NEXT();
 op_JF:
-    if (!TRUTHY(*--sp))
+    if (!vm_truthy(*--sp))
         pc += (uint32_t)INS_SARG(ins);
     NEXT();
 op_JT:
-    if (TRUTHY(*--sp))
+    if (vm_truthy(*--sp))
         pc += (uint32_t)INS_SARG(ins);
     NEXT();
 op_NOT:
-    sp[-1] = TRUTHY(sp[-1]) ? V_FALSE : V_TRUE;
+    sp[-1] = vm_truthy(sp[-1]) ? V_FALSE : V_TRUE;
     NEXT();
 
     /* Fixnums are 2n+1: a+b-1 and a-b+1 stay tagged, and overflow of the
@@ -295,7 +295,7 @@ op_CALL: {
     argc = (int)INS_ARG(ins);
     fnp = sp - argc - 1;
     value f = *fnp;
-    if (is_type(f, T_CLOSURE)) {
+    if (vm_is_type(f, T_CLOSURE)) {
         ci->pc = pc;
         goto call_closure;
     }

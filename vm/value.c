@@ -46,7 +46,7 @@ const char *vm_type_name(value v)
     }
     if (!IS_OBJ(v))
         return "?";
-    switch (obj_type(v)) {
+    switch (vm_obj_type(v)) {
     case T_STRING: return "string";
     case T_VECTOR: return "vector";
     case T_PROTO: return "prototype";
@@ -89,7 +89,7 @@ static int format_at(value v, char *buf, size_t len, int quote, int depth, unsig
     }
     if (!IS_OBJ(v))
         return snprintf(buf, len, "#<?>");
-    switch (obj_type(v)) {
+    switch (vm_obj_type(v)) {
     case T_STRING:
         return snprintf(buf, len, quote ? "\"%s\"" : "%s", ((vstring *)v)->s);
     case T_VECTOR: {

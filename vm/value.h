@@ -38,7 +38,7 @@ typedef uintptr_t value;
 #define FIX_MIN ((intptr_t)(INTPTR_MIN >> 1))
 
 /* Only #f and nil are false. A function, not a macro: callers pass *--sp. */
-static inline int TRUTHY(value v) { return v != V_FALSE && v != V_NIL; }
+static inline int vm_truthy(value v) { return v != V_FALSE && v != V_NIL; }
 
 typedef enum {
     T_STRING = 1, T_VECTOR, T_PROTO, T_CLOSURE, T_BUILTIN, T_FFI, T_CALLBACK, T_BUFFER, T_POINTER
@@ -131,8 +131,8 @@ typedef struct pointer_obj {
     void *p;
 } pointer_obj;
 
-static inline otype obj_type(value v) { return (otype)((obj *)v)->type; }
-static inline int is_type(value v, otype t) { return IS_OBJ(v) && obj_type(v) == t; }
+static inline otype vm_obj_type(value v) { return (otype)((obj *)v)->type; }
+static inline int vm_is_type(value v, otype t) { return IS_OBJ(v) && vm_obj_type(v) == t; }
 
 /* ---- values (vm/value.c) ---------------------------------------------------- */
 value vm_make_string(const char *s, size_t len);

@@ -138,7 +138,7 @@ value vm_call(vm_state *v, value fn, int argc, const value *argv)
     for (int i = 0; i < argc; i++)
         v->stack[slot + 1 + (uint32_t)i] = argv[i];
     v->top = slot + 1 + (uint32_t)argc;
-    if (is_type(fn, T_CLOSURE))
+    if (vm_is_type(fn, T_CLOSURE))
         return vm_interp_run(v, slot, argc);
     /* a builtin or native function: its arguments must be roots while it
      * runs (it may allocate), so it too runs inside a segment */
