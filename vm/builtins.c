@@ -12,9 +12,6 @@
 #include "vm/value.h"
 #include "vm/vm.h"
 
-#define BUILTIN(cname) static value cname(vm_state *vm, int argc, value *argv)
-#define UNUSED_ARGS (void)vm, (void)argc, (void)argv
-
 intptr_t vm_arg_int(vm_state *vm, value v, const char *who)
 {
     if (!IS_FIX(v))
@@ -73,7 +70,7 @@ static void print_value(vm_state *vm, value v)
         free(text);
 }
 
-BUILTIN(b_print)
+VM_BUILTIN(b_print)
 {
     for (int i = 0; i < argc; i++) {
         if (i)
@@ -84,16 +81,16 @@ BUILTIN(b_print)
     return V_NIL;
 }
 
-BUILTIN(b_display)
+VM_BUILTIN(b_display)
 {
-    UNUSED_ARGS;
+    VM_UNUSED_ARGS;
     print_value(vm, argv[0]);
     return V_NIL;
 }
 
-BUILTIN(b_str)
+VM_BUILTIN(b_str)
 {
-    UNUSED_ARGS;
+    VM_UNUSED_ARGS;
     if (vm_is_type(argv[0], T_STRING))
         return argv[0];
     char small[256];
@@ -107,7 +104,7 @@ BUILTIN(b_str)
 
 /* ---- integers ---------------------------------------------------------------- */
 
-BUILTIN(b_add)
+VM_BUILTIN(b_add)
 {
     long long r = 0;
     for (int i = 0; i < argc; i++)
@@ -116,7 +113,7 @@ BUILTIN(b_add)
     return vm_int_result(vm, r, "+");
 }
 
-BUILTIN(b_sub)
+VM_BUILTIN(b_sub)
 {
     long long r = vm_arg_int(vm, argv[0], "-");
     if (argc == 1)
@@ -127,7 +124,7 @@ BUILTIN(b_sub)
     return vm_int_result(vm, r, "-");
 }
 
-BUILTIN(b_mul)
+VM_BUILTIN(b_mul)
 {
     long long r = 1;
     for (int i = 0; i < argc; i++)
@@ -144,13 +141,13 @@ static value divide(vm_state *vm, value *argv, int rem, const char *who)
     return vm_int_result(vm, rem ? a % b : a / b, who);
 }
 
-BUILTIN(b_quotient) { UNUSED_ARGS; return divide(vm, argv, 0, "quotient"); }
-BUILTIN(b_remainder) { UNUSED_ARGS; return divide(vm, argv, 1, "remainder"); }
+VM_BUILTIN(b_quotient) { VM_UNUSED_ARGS; return divide(vm, argv, 0, "quotient"); }
+VM_BUILTIN(b_remainder) { VM_UNUSED_ARGS; return divide(vm, argv, 1, "remainder"); }
 
 #define CMP_BUILTIN(cname, text, op)                                                             \
-    BUILTIN(cname)                                                                               \
+    VM_BUILTIN(cname)                                                                            \
     {                                                                                            \
-        UNUSED_ARGS;                                                                             \
+        VM_UNUSED_ARGS;                                                                          \
         return vm_arg_int(vm, argv[0], text) op vm_arg_int(vm, argv[1], text) ? V_TRUE : V_FALSE;    \
     }
 CMP_BUILTIN(b_lt, "<", <)
@@ -159,7 +156,7 @@ CMP_BUILTIN(b_gt, ">", >)
 CMP_BUILTIN(b_ge, ">=", >=)
 CMP_BUILTIN(b_numeq, "=", ==)
 
-BUILTIN(b_not) { UNUSED_ARGS; (void)vm; return vm_truthy(argv[0]) ? V_FALSE : V_TRUE; }
+VM_BUILTIN(b_not) { VM_UNUSED_ARGS; (void)vm; return vm_truthy(argv[0]) ? V_FALSE : V_TRUE; }
 
 /* 1 equal, 0 not, -1 nested deeper than any acyclic data should be, -2
  * more element comparisons than MAX_EQUAL_STEPS (shared structure compared
@@ -192,10 +189,10 @@ static int equal(value a, value b, int depth, unsigned long *steps)
     return 0;
 }
 
-BUILTIN(b_eq) { UNUSED_ARGS; (void)vm; return argv[0] == argv[1] ? V_TRUE : V_FALSE; }
-BUILTIN(b_equal)
+VM_BUILTIN(b_eq) { VM_UNUSED_ARGS; (void)vm; return argv[0] == argv[1] ? V_TRUE : V_FALSE; }
+VM_BUILTIN(b_equal)
 {
-    UNUSED_ARGS;
+    VM_UNUSED_ARGS;
     unsigned long steps = 0;
     int e = equal(argv[0], argv[1], 0, &steps);
     if (e == -1)
@@ -208,9 +205,9 @@ BUILTIN(b_equal)
 }
 
 #define TYPE_PRED(cname, test)                                                                   \
-    BUILTIN(cname)                                                                               \
+    VM_BUILTIN(cname)                                                                            \
     {                                                                                            \
-        UNUSED_ARGS;                                                                             \
+        VM_UNUSED_ARGS;                                                                          \
         (void)vm;                                                                                \
         value v = argv[0];                                                                       \
         return (test) ? V_TRUE : V_FALSE;                                                        \
@@ -224,13 +221,13 @@ TYPE_PRED(b_procedurep,
 
 /* ---- strings and vectors ------------------------------------------------------- */
 
-BUILTIN(b_string_length)
+VM_BUILTIN(b_string_length)
 {
-    UNUSED_ARGS;
+    VM_UNUSED_ARGS;
     return FIX(((vstring *)vm_arg_obj(vm, argv[0], T_STRING, "string-length", "string"))->len);
 }
 
-BUILTIN(b_string_append)
+VM_BUILTIN(b_string_append)
 {
     size_t len = 0;
     for (int i = 0; i < argc; i++)
@@ -250,7 +247,7 @@ BUILTIN(b_string_append)
     return (value)s;
 }
 
-BUILTIN(b_vector)
+VM_BUILTIN(b_vector)
 {
     (void)vm;
     value v = vm_make_vector((uint32_t)argc, V_NIL);
@@ -259,7 +256,7 @@ BUILTIN(b_vector)
     return v;
 }
 
-BUILTIN(b_make_vector)
+VM_BUILTIN(b_make_vector)
 {
     intptr_t n = vm_arg_int(vm, argv[0], "make-vector");
     if (n < 0 || n > (1 << 28))
@@ -281,22 +278,22 @@ static value *vector_slot(vm_state *vm, value *argv, const char *who)
     return &v->items[i];
 }
 
-BUILTIN(b_vector_ref) { UNUSED_ARGS; return *vector_slot(vm, argv, "vector-ref"); }
-BUILTIN(b_vector_set)
+VM_BUILTIN(b_vector_ref) { VM_UNUSED_ARGS; return *vector_slot(vm, argv, "vector-ref"); }
+VM_BUILTIN(b_vector_set)
 {
-    UNUSED_ARGS;
+    VM_UNUSED_ARGS;
     *vector_slot(vm, argv, "vector-set!") = argv[2];
     return V_NIL;
 }
-BUILTIN(b_vector_length)
+VM_BUILTIN(b_vector_length)
 {
-    UNUSED_ARGS;
+    VM_UNUSED_ARGS;
     return FIX(((vvector *)vm_arg_obj(vm, argv[0], T_VECTOR, "vector-length", "vector"))->len);
 }
 
 /* ---- errors, traces, the collector ---------------------------------------------- */
 
-BUILTIN(b_error)
+VM_BUILTIN(b_error)
 {
     char msg[400];
     size_t n = 0;
@@ -309,7 +306,7 @@ BUILTIN(b_error)
     vm_error(vm, "%s", msg);
 }
 
-BUILTIN(b_assert)
+VM_BUILTIN(b_assert)
 {
     if (!vm_truthy(argv[0])) {
         char what[300] = "";
@@ -320,16 +317,16 @@ BUILTIN(b_assert)
     return V_TRUE;
 }
 
-BUILTIN(b_backtrace)
+VM_BUILTIN(b_backtrace)
 {
-    UNUSED_ARGS;
+    VM_UNUSED_ARGS;
     vm_print_traceback(vm, vm->out_fd, "Traceback (most recent call first):");
     return V_NIL;
 }
 
-BUILTIN(b_gc)
+VM_BUILTIN(b_gc)
 {
-    UNUSED_ARGS;
+    VM_UNUSED_ARGS;
     (void)vm;
 #ifdef CRAWLVM_NO_FRAMES
     GC_gcollect();
@@ -339,27 +336,27 @@ BUILTIN(b_gc)
     return V_NIL;
 }
 
-BUILTIN(b_gc_count)
+VM_BUILTIN(b_gc_count)
 {
-    UNUSED_ARGS;
+    VM_UNUSED_ARGS;
     (void)vm;
     return FIX((intptr_t)GC_get_gc_no());
 }
 
 #ifndef CRAWLVM_NO_FRAMES
 /* (gc-roots): crawl-boehm's census of every root, on the VM's output. */
-BUILTIN(b_gc_roots)
+VM_BUILTIN(b_gc_roots)
 {
-    UNUSED_ARGS;
+    VM_UNUSED_ARGS;
     crawl_gc_census(vm->out_fd);
     return V_NIL;
 }
 
 /* (gc-why obj): why obj is alive, on the VM's output; the path length, or
  * -1 when no root reaches it. */
-BUILTIN(b_gc_why)
+VM_BUILTIN(b_gc_why)
 {
-    UNUSED_ARGS;
+    VM_UNUSED_ARGS;
     if (!IS_OBJ(argv[0]))
         vm_error(vm, "type error: gc-why expects an object, got %s", vm_type_name(argv[0]));
     int rc = crawl_gc_why((const void *)argv[0], vm->out_fd);
@@ -376,9 +373,9 @@ static void GC_CALLBACK finalize_buffer(void *o, void *vmp)
         ((vm_state *)vmp)->alloc.release(b->data);
 }
 
-BUILTIN(b_make_buffer)
+VM_BUILTIN(b_make_buffer)
 {
-    UNUSED_ARGS;
+    VM_UNUSED_ARGS;
     intptr_t n = vm_arg_int(vm, argv[0], "make-buffer");
     if (n < 0 || n > (1L << 32))
         vm_error(vm, "make-buffer: bad size %ld", (long)n);
@@ -395,9 +392,9 @@ BUILTIN(b_make_buffer)
     return (value)b;
 }
 
-BUILTIN(b_buffer_free)
+VM_BUILTIN(b_buffer_free)
 {
-    UNUSED_ARGS;
+    VM_UNUSED_ARGS;
     buffer_obj *b = vm_arg_obj(vm, argv[0], T_BUFFER, "buffer-free", "buffer");
     if (b->freed && !vm->alloc.check)
         vm_error(vm, "buffer-free: buffer already freed");
@@ -406,9 +403,9 @@ BUILTIN(b_buffer_free)
     return V_NIL;
 }
 
-BUILTIN(b_buffer_size)
+VM_BUILTIN(b_buffer_size)
 {
-    UNUSED_ARGS;
+    VM_UNUSED_ARGS;
     return FIX((intptr_t)((buffer_obj *)vm_arg_obj(vm, argv[0], T_BUFFER, "buffer-size", "buffer"))->size);
 }
 
@@ -433,31 +430,35 @@ static unsigned char *buffer_at(vm_state *vm, value *argv, size_t width, int is_
     return p;
 }
 
-BUILTIN(b_buffer_u8_ref) { UNUSED_ARGS; return FIX(*buffer_at(vm, argv, 1, 0, "buffer-u8-ref")); }
-BUILTIN(b_buffer_u8_set)
+VM_BUILTIN(b_buffer_u8_ref)
 {
-    UNUSED_ARGS;
+    VM_UNUSED_ARGS;
+    return FIX(*buffer_at(vm, argv, 1, 0, "buffer-u8-ref"));
+}
+VM_BUILTIN(b_buffer_u8_set)
+{
+    VM_UNUSED_ARGS;
     intptr_t v = vm_arg_int(vm, argv[2], "buffer-u8-set!");
     *buffer_at(vm, argv, 1, 1, "buffer-u8-set!") = (unsigned char)v;
     return V_NIL;
 }
-BUILTIN(b_buffer_i32_ref)
+VM_BUILTIN(b_buffer_i32_ref)
 {
-    UNUSED_ARGS;
+    VM_UNUSED_ARGS;
     int32_t x;
     memcpy(&x, buffer_at(vm, argv, 4, 0, "buffer-i32-ref"), 4);
     return FIX(x);
 }
-BUILTIN(b_buffer_i32_set)
+VM_BUILTIN(b_buffer_i32_set)
 {
-    UNUSED_ARGS;
+    VM_UNUSED_ARGS;
     int32_t x = (int32_t)vm_arg_int(vm, argv[2], "buffer-i32-set!");
     memcpy(buffer_at(vm, argv, 4, 1, "buffer-i32-set!"), &x, 4);
     return V_NIL;
 }
 
 /* (peek-i32 pointer [index]): read C memory handed to a callback. */
-BUILTIN(b_peek_i32)
+VM_BUILTIN(b_peek_i32)
 {
     pointer_obj *p = vm_arg_obj(vm, argv[0], T_POINTER, "peek-i32", "pointer");
     intptr_t i = argc > 1 ? vm_arg_int(vm, argv[1], "peek-i32") : 0;

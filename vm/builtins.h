@@ -22,6 +22,11 @@ void vm_open_base(vm_state *vm);
 /* every library: vm_open_base and vm_open_ffi (ffi_bind.h) */
 void vm_open_libs(vm_state *vm);
 
+/* A builtin's C function, reached only through a vm_reg table; builtins
+ * that ignore some of vm, argc and argv say so with VM_UNUSED_ARGS. */
+#define VM_BUILTIN(cname) static value cname(vm_state *vm, int argc, value *argv)
+#define VM_UNUSED_ARGS (void)vm, (void)argc, (void)argv
+
 /* Arguments: v as an integer, or as an object of type t (else a type
  * error naming who wanted what); a C integer as a value (else a range
  * error). */

@@ -10,9 +10,6 @@
 #include "vm/value.h"
 #include "vm/vm.h"
 
-#define BUILTIN(cname) static value cname(vm_state *vm, int argc, value *argv)
-#define UNUSED_ARGS (void)vm, (void)argc, (void)argv
-
 /* ---- values across the FFI ------------------------------------------------------------------------ */
 
 static value make_pointer(vm_state *vm, void *p)
@@ -33,9 +30,9 @@ static void GC_CALLBACK finalize_ffi(void *o, void *unused)
     crawl_ffi_free(((ffi_obj *)o)->fn);
 }
 
-BUILTIN(b_ffi_fn)
+VM_BUILTIN(b_ffi_fn)
 {
-    UNUSED_ARGS;
+    VM_UNUSED_ARGS;
     const char *lib = argv[0] == V_NIL ? NULL
                                        : ((vstring *)vm_arg_obj(vm, argv[0], T_STRING, "ffi-fn", "string"))->s;
     const char *sym = ((vstring *)vm_arg_obj(vm, argv[1], T_STRING, "ffi-fn", "string"))->s;
@@ -179,9 +176,9 @@ static void GC_CALLBACK finalize_callback(void *o, void *unused)
     crawl_ffi_closure_free(((callback_obj *)o)->c);
 }
 
-BUILTIN(b_ffi_callback)
+VM_BUILTIN(b_ffi_callback)
 {
-    UNUSED_ARGS;
+    VM_UNUSED_ARGS;
     if (!vm_is_type(argv[0], T_CLOSURE))
         vm_error(vm, "type error: ffi-callback expects a function, got %s", vm_type_name(argv[0]));
     const char *sig = ((vstring *)vm_arg_obj(vm, argv[1], T_STRING, "ffi-callback", "string"))->s;
