@@ -4,9 +4,10 @@
 
 CRAWL_DEB_PACKAGES="build-essential cmake pkg-config libunwind-dev libdw-dev libgc-dev libffi-dev libxxhash-dev libcmocka-dev"
 
+# Extra packages (what only the tests use) are the function's arguments.
 crawl_ensure_deps() {
     missing=""
-    for p in $CRAWL_DEB_PACKAGES; do
+    for p in $CRAWL_DEB_PACKAGES "$@"; do
         if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed"; then
             missing="$missing $p"
         fi

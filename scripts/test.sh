@@ -6,7 +6,8 @@
 set -eu
 cd "$(dirname "$0")/.."
 . scripts/deps.sh
-crawl_ensure_deps
+# real programs the preload test runs under the guarded allocator
+crawl_ensure_deps lua5.4 python3
 jobs=$(nproc)
 presets="dev asan tsan"
 if command -v clang >/dev/null 2>&1; then
