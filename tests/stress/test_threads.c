@@ -16,10 +16,17 @@
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
-#define RUN_NS 2000000000L
+/* CRAWL_STRESS_SECONDS lengthens a run (a soak); 2 s by default. */
+static long run_ns(void)
+{
+    const char *e = getenv("CRAWL_STRESS_SECONDS");
+    long s = e ? strtol(e, NULL, 10) : 0;
+    return s > 0 ? s * 1000000000L : 2000000000L;
+}
 
 static atomic_int stop;
 static atomic_long problems;
@@ -181,7 +188,8 @@ static void test_everything_at_once(void **state)
     atomic_store(&stop, 0);
     for (unsigned i = 0; i < NROLES; i++)
         assert_int_equal(pthread_create(&t[i], NULL, roles[i].fn, roles[i].arg), 0);
-    struct timespec d = {RUN_NS / 1000000000L, RUN_NS % 1000000000L};
+    long ns = run_ns();
+    struct timespec d = {ns / 1000000000L, ns % 1000000000L};
     nanosleep(&d, NULL);
     atomic_store(&stop, 1);
     for (unsigned i = 0; i < NROLES; i++)
