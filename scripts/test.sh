@@ -1,20 +1,18 @@
 #!/bin/sh
 # Build and run every test: the optimized build, then the whole suite again
 # under AddressSanitizer + UndefinedBehaviorSanitizer, the thread stress
-# test under ThreadSanitizer, and with clang when it is installed (it is not
-# installed for you).
+# test under clang's ThreadSanitizer, and the whole suite built with clang.
+# GCC 12's ThreadSanitizer runtime (the old v2 one) reports a race in the
+# stress test about once in 50 runs that clang 14's (v3) never reports in
+# hundreds, while v3 catches the race at once when the snapshot reclaim is
+# broken on purpose: it is the runtime, so the tsan preset uses clang.
 set -eu
 cd "$(dirname "$0")/.."
 . scripts/deps.sh
-# real programs the preload test runs under the guarded allocator
-crawl_ensure_deps lua5.4 python3
+# clang (the tsan and clang presets); real programs the preload test runs
+crawl_ensure_deps clang lua5.4 python3
 jobs=$(nproc)
-presets="dev asan tsan"
-if command -v clang >/dev/null 2>&1; then
-    presets="$presets clang"
-else
-    echo "note: clang not found, skipping the clang preset (apt-get install clang to add it)"
-fi
+presets="dev asan tsan clang"
 for preset in $presets; do
     echo "== $preset build"
     cmake --preset "$preset" -DCRAWL_BUILD_TESTS=ON >/dev/null
