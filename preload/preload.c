@@ -1,5 +1,5 @@
-/* libcrawl-preload.so: the guarded pool for a whole process, through
- * LD_PRELOAD. The malloc family, strdup/strndup and the C++ operator
+/* libcrawl-preload.so: the guarded pool and the heap profile for a whole
+ * process, through LD_PRELOAD. The malloc family, strdup/strndup and the C++ operator
  * new/delete family are interposed: one allocation in gpa_sample_rate goes
  * to crawl's guarded pool, every other call to glibc's functions, found
  * with dlsym(RTLD_NEXT). dlsym itself may allocate before those are known:
@@ -22,6 +22,8 @@
 #include <unistd.h>
 
 #include <crawl/guarded.h>
+#include <crawl/heap_profile.h>
+#include <crawl/stackwalk.h>
 
 #define EXPORT __attribute__((visibility("default")))
 
@@ -69,6 +71,17 @@ static void resolve(void)
     resolving = 0;
 }
 
+/* CRAWL_OPTIONS' heap_profile=1 / leak_check=1: record from the start. */
+__attribute__((constructor)) static void preload_init(void)
+{
+    resolve();
+    if (!ready || secure)
+        return;
+    /* never unloaded: walks through malloc need not ask the loader */
+    crawl_module_pin((const void *)preload_init);
+    crawl_heap_profile_from_options();
+}
+
 /* One in gpa_sample_rate: a pool allocation, else NULL. */
 static void *sampled(size_t size, size_t alignment)
 {
@@ -79,7 +92,24 @@ static void *sampled(size_t size, size_t alignment)
 
 /* ---- the C entry points ----------------------------------------------------------------- */
 
-EXPORT void *malloc(size_t n)
+/* The heap profile's hooks: a recorded allocation, one going away. A free
+ * is taken out before the memory is handed back, so another thread cannot
+ * get the same address and record it first. */
+static inline void *recorded(void *p, size_t n, const void *caller)
+{
+    if (__builtin_expect(crawl_heap_profile_active(), 0) && p)
+        crawl_heap_profile_alloc(p, n, (uintptr_t)caller);
+    return p;
+}
+
+static inline void forget(void *p)
+{
+    if (__builtin_expect(crawl__heap_profile_on != 0, 0))
+        crawl_heap_profile_free(p);
+}
+
+/* Inlined into each entry point: stacks start at malloc, new, strdup... */
+static inline __attribute__((always_inline)) void *alloc(size_t n, const void *caller)
 {
     if (__builtin_expect(!ready, 0)) {
         resolve();
@@ -87,13 +117,16 @@ EXPORT void *malloc(size_t n)
             return boot_alloc(n);
     }
     void *p = sampled(n, 0);
-    return p ? p : real_malloc(n);
+    return recorded(p ? p : real_malloc(n), n, caller);
 }
+
+EXPORT void *malloc(size_t n) { return alloc(n, __builtin_return_address(0)); }
 
 EXPORT void free(void *p)
 {
     if (!p || from_boot(p))
         return;
+    forget(p);
     if (__builtin_expect(crawl_gpa_owns_inline(p), 0)) {
         crawl_gpa_deallocate(p);
         return;
@@ -120,8 +153,10 @@ EXPORT void *calloc(size_t n, size_t size)
     }
     void *p = sampled(total, 0);
     if (p)
-        return memset(p, 0, total);
-    return real_calloc(n, size);
+        memset(p, 0, total);
+    else
+        p = real_calloc(n, size);
+    return recorded(p, total, __builtin_return_address(0));
 }
 
 EXPORT size_t malloc_usable_size(void *p)
@@ -137,8 +172,9 @@ EXPORT size_t malloc_usable_size(void *p)
 
 EXPORT void *realloc(void *p, size_t n)
 {
+    const void *caller = __builtin_return_address(0);
     if (!p)
-        return malloc(n);
+        return alloc(n, caller);
     if (from_boot(p) || crawl_gpa_owns_inline(p)) {
         /* move it: into a new allocation (which may be sampled again) */
         size_t old = from_boot(p) ? n : crawl_gpa_size(p);
@@ -146,19 +182,26 @@ EXPORT void *realloc(void *p, size_t n)
             free(p);
             return NULL;
         }
-        void *q = malloc(n);
+        void *q = alloc(n, caller);
         if (q)
             memcpy(q, p, old < n ? old : n);
-        if (q && !from_boot(p))
+        if (q && !from_boot(p)) {
+            forget(p);
             crawl_gpa_deallocate(p);
+        }
         return q;
     }
     if (!ready)
         resolve();
-    return real_realloc(p, n);
+    forget(p);
+    void *q = real_realloc(p, n);
+    if (!q && n)
+        return recorded(p, n, caller), NULL;   /* p stays: record it again */
+    return recorded(q, n, caller);
 }
 
-EXPORT void *memalign(size_t alignment, size_t n)
+static inline __attribute__((always_inline)) void *aligned(size_t alignment, size_t n,
+                                                          const void *caller)
 {
     if (__builtin_expect(!ready, 0)) {
         resolve();
@@ -166,41 +209,52 @@ EXPORT void *memalign(size_t alignment, size_t n)
             return NULL;
     }
     void *p = sampled(n, alignment);
-    return p ? p : real_memalign(alignment, n);
+    return recorded(p ? p : real_memalign(alignment, n), n, caller);
+}
+
+EXPORT void *memalign(size_t alignment, size_t n)
+{
+    return aligned(alignment, n, __builtin_return_address(0));
 }
 
 EXPORT int posix_memalign(void **out, size_t alignment, size_t n)
 {
     if (alignment < sizeof(void *) || (alignment & (alignment - 1)))
         return EINVAL;
-    void *p = memalign(alignment, n);
+    void *p = aligned(alignment, n, __builtin_return_address(0));
     if (!p)
         return ENOMEM;
     *out = p;
     return 0;
 }
 
-EXPORT void *aligned_alloc(size_t alignment, size_t n) { return memalign(alignment, n); }
+EXPORT void *aligned_alloc(size_t alignment, size_t n)
+{
+    return aligned(alignment, n, __builtin_return_address(0));
+}
 
-EXPORT void *valloc(size_t n) { return memalign((size_t)sysconf(_SC_PAGESIZE), n); }
+EXPORT void *valloc(size_t n)
+{
+    return aligned((size_t)sysconf(_SC_PAGESIZE), n, __builtin_return_address(0));
+}
 
 EXPORT void *pvalloc(size_t n)
 {
     size_t page = (size_t)sysconf(_SC_PAGESIZE);
-    return memalign(page, (n + page - 1) & ~(page - 1));
+    return aligned(page, (n + page - 1) & ~(page - 1), __builtin_return_address(0));
 }
 
 EXPORT char *strdup(const char *s)
 {
     size_t n = strlen(s) + 1;
-    char *d = malloc(n);
+    char *d = alloc(n, __builtin_return_address(0));
     return d ? memcpy(d, s, n) : NULL;
 }
 
 EXPORT char *strndup(const char *s, size_t max)
 {
     size_t n = strnlen(s, max);
-    char *d = malloc(n + 1);
+    char *d = alloc(n + 1, __builtin_return_address(0));
     if (!d)
         return NULL;
     memcpy(d, s, n);
@@ -218,21 +272,22 @@ static void *must(void *p)
     return p;
 }
 
-EXPORT void *_Znwm(size_t n) { return must(malloc(n ? n : 1)); }
-EXPORT void *_Znam(size_t n) { return must(malloc(n ? n : 1)); }
-EXPORT void *_ZnwmRKSt9nothrow_t(size_t n, const void *t) { (void)t; return malloc(n ? n : 1); }
-EXPORT void *_ZnamRKSt9nothrow_t(size_t n, const void *t) { (void)t; return malloc(n ? n : 1); }
-EXPORT void *_ZnwmSt11align_val_t(size_t n, size_t a) { return must(memalign(a, n ? n : 1)); }
-EXPORT void *_ZnamSt11align_val_t(size_t n, size_t a) { return must(memalign(a, n ? n : 1)); }
+#define CALLER __builtin_return_address(0)
+EXPORT void *_Znwm(size_t n) { return must(alloc(n ? n : 1, CALLER)); }
+EXPORT void *_Znam(size_t n) { return must(alloc(n ? n : 1, CALLER)); }
+EXPORT void *_ZnwmRKSt9nothrow_t(size_t n, const void *t) { (void)t; return alloc(n ? n : 1, CALLER); }
+EXPORT void *_ZnamRKSt9nothrow_t(size_t n, const void *t) { (void)t; return alloc(n ? n : 1, CALLER); }
+EXPORT void *_ZnwmSt11align_val_t(size_t n, size_t a) { return must(aligned(a, n ? n : 1, CALLER)); }
+EXPORT void *_ZnamSt11align_val_t(size_t n, size_t a) { return must(aligned(a, n ? n : 1, CALLER)); }
 EXPORT void *_ZnwmSt11align_val_tRKSt9nothrow_t(size_t n, size_t a, const void *t)
 {
     (void)t;
-    return memalign(a, n ? n : 1);
+    return aligned(a, n ? n : 1, CALLER);
 }
 EXPORT void *_ZnamSt11align_val_tRKSt9nothrow_t(size_t n, size_t a, const void *t)
 {
     (void)t;
-    return memalign(a, n ? n : 1);
+    return aligned(a, n ? n : 1, CALLER);
 }
 EXPORT void _ZdlPv(void *p) { free(p); }
 EXPORT void _ZdaPv(void *p) { free(p); }

@@ -12,6 +12,7 @@
 #define SAN_FIELD_POW2(field) unsigned field;
 #define SAN_FIELD_MB(field) size_t field;
 #define SAN_FIELD_PATH(field) char field[512];
+#define SAN_FIELD_FILE(field) char field[512];
 typedef struct san_options {
 #define SAN_OPTION(key, kind, field, def, lo, hi, help) SAN_FIELD_##kind(field)
 #include "sanitizer/options.def"
@@ -56,6 +57,10 @@ void san_report_end(san_report *r);
  * signal on). */
 void san_report_emit(san_report *r);
 unsigned san_thread_id(void);
+/* The descriptor log_path names (stderr by default); *opened: close it after. */
+int san_log_open(int *opened);
+/* Keep a copy of stderr now, used when the program has closed its own. */
+void san_keep_stderr(void);
 
 /* fork(): each file's locks, taken before fork and released after it in
  * both processes. options.c registers them once, in one order: options,
@@ -66,5 +71,6 @@ void san_options_fork(int lock);
 void san_report_fork(int lock);
 void san_heap_fork(int lock);
 void san_gpa_fork(int lock);
+void san_hp_fork(int lock);
 
 #endif

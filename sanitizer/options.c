@@ -29,6 +29,7 @@ typedef struct snapshot {
 #define SAN_DEFAULT_POW2(v) (v)
 #define SAN_DEFAULT_MB(v) ((size_t)(v) << 20)
 #define SAN_DEFAULT_PATH(v) v
+#define SAN_DEFAULT_FILE(v) v
 static const snapshot first = {.o = {
 #define SAN_OPTION(key, kind, field, def, lo, hi, help) .field = SAN_DEFAULT_##kind(def),
 #include "sanitizer/options.def"
@@ -48,6 +49,7 @@ static pthread_mutex_t options_lock = PTHREAD_MUTEX_INITIALIZER;
 #define SAN_SHOW_POW2(v) #v
 #define SAN_SHOW_MB(v) #v
 #define SAN_SHOW_PATH(v) "PATH"
+#define SAN_SHOW_FILE(v) "FILE"
 static const struct option_help {
     const char *key_default, *help;
 } help_lines[] = {
@@ -130,6 +132,17 @@ static int parse_PATH(const char *v, size_t len, long lo, long hi, char (*out)[5
 {
     (void)lo, (void)hi;
     if (len == 0 || len >= sizeof *out)
+        return 0;
+    memcpy(*out, v, len);
+    (*out)[len] = '\0';
+    return 1;
+}
+
+/* A FILE may also be set to nothing again ("key=" is allowed). */
+static int parse_FILE(const char *v, size_t len, long lo, long hi, char (*out)[512])
+{
+    (void)lo, (void)hi;
+    if (len >= sizeof *out)
         return 0;
     memcpy(*out, v, len);
     (*out)[len] = '\0';
@@ -227,10 +240,12 @@ static void fork_prepare(void)
     san_report_fork(1);
     san_heap_fork(1);
     san_gpa_fork(1);
+    san_hp_fork(1);
 }
 
 static void fork_release(void)
 {
+    san_hp_fork(0);
     san_gpa_fork(0);
     san_heap_fork(0);
     san_report_fork(0);
@@ -265,11 +280,12 @@ int crawl_sanitizer_set_options(const char *options)
 #define SAN_PRINT_POW2(o, f) "%u", (o)->f
 #define SAN_PRINT_MB(o, f) "%zu", (o)->f >> 20
 #define SAN_PRINT_PATH(o, f) "%s", (o)->f[0] ? (o)->f : "stderr"
+#define SAN_PRINT_FILE(o, f) "%s", (o)->f
 
 int crawl_sanitizer_get_options(char *buf, size_t len)
 {
     const san_options *o = san_opts();
-    char tmp[2048];
+    char tmp[4096];
     size_t n = 0;
 #define SAN_OPTION(key, kind, field, def, lo, hi, help)                                        \
     n += (size_t)snprintf(tmp + n, sizeof tmp - n, "%s" #key "=", n ? ":" : "");               \
@@ -306,7 +322,9 @@ unsigned long crawl_sanitizer_options_serial(void)
 #define SAN_LONG_POW2(o, f) (long)(o)->f
 #define SAN_LONG_MB(o, f) (long)((o)->f >> 20)
 #define SAN_LONG_PATH(o, f) (-1)
+#define SAN_LONG_FILE(o, f) (-1)
 #define SAN_IS_NUMBER_PATH 0
+#define SAN_IS_NUMBER_FILE 0
 #define SAN_IS_NUMBER_FLAG 1
 #define SAN_IS_NUMBER_UINT 1
 #define SAN_IS_NUMBER_POW2 1

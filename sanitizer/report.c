@@ -156,28 +156,47 @@ void san_print_stack_at(san_report *r, const crawl_regs *from)
     sw_walk(from, 0, 1, print_frame, r, CRAWL_WALK_FUNCTIONS_ONLY);
 }
 
+/* A copy of stderr taken early, for reports made after the program closed
+ * its own (coreutils close stderr in an atexit handler). */
+static int kept_stderr = -1;
+
+void san_keep_stderr(void)
+{
+    if (kept_stderr < 0)
+        kept_stderr = fcntl(STDERR_FILENO, F_DUPFD_CLOEXEC, 100);
+}
+
+int san_log_open(int *opened)
+{
+    const san_options *o = san_opts();
+    *opened = 0;
+    if (strcmp(o->log_path, "stdout") == 0)
+        return STDOUT_FILENO;
+    if (!o->log_path[0] || strcmp(o->log_path, "stderr") == 0)
+        return fcntl(STDERR_FILENO, F_GETFD) < 0 && kept_stderr >= 0 ? kept_stderr : STDERR_FILENO;
+    /* A device or a pipe (/dev/null, a FIFO a tool reads) is written as
+     * named: PATH.PID would create a new file beside it (in /dev, as root).
+     * Anything else gets the .PID suffix, as ASan's. */
+    struct stat st;
+    char path[600];
+    if (stat(o->log_path, &st) == 0 && (S_ISCHR(st.st_mode) || S_ISFIFO(st.st_mode)))
+        snprintf(path, sizeof path, "%s", o->log_path);
+    else
+        snprintf(path, sizeof path, "%s.%d", o->log_path, (int)getpid());
+    int lf = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+    if (lf < 0)
+        return STDERR_FILENO;
+    *opened = 1;
+    return lf;
+}
+
 static void emit(san_report *r, int may_halt)
 {
     const san_options *o = san_opts();
     if (may_halt && o->halt_on_error)
         san_printf(r, "==%d==ABORTING\n", (int)getpid());
-    int fd = STDERR_FILENO, opened = 0;
-    if (strcmp(o->log_path, "stdout") == 0)
-        fd = STDOUT_FILENO;
-    else if (o->log_path[0] && strcmp(o->log_path, "stderr") != 0) {
-        /* A device or a pipe (/dev/null, a FIFO a tool reads) is written
-         * as named: PATH.PID would create a new file beside it (in /dev,
-         * as root). Anything else gets the .PID suffix, as ASan's. */
-        struct stat st;
-        char path[600];
-        if (stat(o->log_path, &st) == 0 && (S_ISCHR(st.st_mode) || S_ISFIFO(st.st_mode)))
-            snprintf(path, sizeof path, "%s", o->log_path);
-        else
-            snprintf(path, sizeof path, "%s.%d", o->log_path, (int)getpid());
-        int lf = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
-        if (lf >= 0)
-            fd = lf, opened = 1;
-    }
+    int opened;
+    int fd = san_log_open(&opened);
     crawl__write_all(fd, r->text, r->used);
     if (opened)
         close(fd);

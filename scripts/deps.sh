@@ -2,7 +2,7 @@
 # As root, missing packages are installed with apt-get; otherwise the one
 # apt-get line to run is printed and the script stops.
 
-CRAWL_DEB_PACKAGES="build-essential cmake pkg-config libunwind-dev libdw-dev libgc-dev libffi-dev libxxhash-dev libcmocka-dev"
+CRAWL_DEB_PACKAGES="build-essential cmake pkg-config libunwind-dev libdw-dev libgc-dev libffi-dev libxxhash-dev libcmocka-dev libprotobuf-c-dev protobuf-c-compiler zlib1g-dev"
 
 # Extra packages (what only the tests use) are the function's arguments.
 crawl_ensure_deps() {

@@ -1,12 +1,16 @@
 /* crawlvm: the command line. */
+#define _GNU_SOURCE
+#include <dlfcn.h>
 #include <errno.h>
 #include <gc/gc.h>
+#include <unistd.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include <crawl/boehm.h>
 #include <crawl/guarded.h>
+#include <crawl/heap_profile.h>
 
 #include "vm/builtins.h"
 #include "vm/trace.h"
@@ -29,6 +33,10 @@ static const char usage[] =
     "  --gc-stress N  collect before every Nth allocation and at every native call\n"
     "               (a missing root fails at once)\n"
     "  --gc-verify  check every root the VM reports, at every collection\n"
+    "  --heap-profile FILE  record every native allocation (libcrawl-preload.so; crawlvm\n"
+    "               restarts itself with it) and write what the script still holds\n"
+    "               when it ends, with script frames in the stacks: FILE.svg flame\n"
+    "               graph, .pb.gz pprof, .json, .folded, else text\n"
     "  --help       this text\n"
     "Exit status: 0 success, 1 script error, 2 bad usage.\n";
 
@@ -59,6 +67,36 @@ static int sampled_check(const void *addr, size_t size, int is_write)
         for (size_t i = 0; i < size; i++)
             (void)((volatile const unsigned char *)addr)[i];
     return 0;
+}
+
+/* --heap-profile: the allocation hooks live in libcrawl-preload.so, beside
+ * libcrawl: run this program again with it preloaded and recording. Returns
+ * only on failure (after saying why). */
+static void restart_with_preload(char **argv)
+{
+    Dl_info info;
+    char path[4096];
+    if (!dladdr((void *)crawl_heap_profile_start, &info) || !info.dli_fname) {
+        fprintf(stderr, "crawlvm: --heap-profile: cannot find libcrawl\n");
+        return;
+    }
+    const char *slash = strrchr(info.dli_fname, '/');
+    snprintf(path, sizeof path, "%.*s/libcrawl-preload.so",
+             slash ? (int)(slash - info.dli_fname) : 1, slash ? info.dli_fname : ".");
+    if (access(path, R_OK) != 0) {
+        fprintf(stderr, "crawlvm: --heap-profile needs %s: %s\n", path, strerror(errno));
+        return;
+    }
+    const char *pre = getenv("LD_PRELOAD"), *opts = getenv("CRAWL_OPTIONS");
+    char preload[8192], options[4096];
+    snprintf(preload, sizeof preload, "%s%s%s", path, pre && *pre ? ":" : "", pre ? pre : "");
+    snprintf(options, sizeof options, "%s%sheap_profile=1", opts ? opts : "",
+             opts && *opts ? ":" : "");
+    setenv("LD_PRELOAD", preload, 1);
+    setenv("CRAWL_OPTIONS", options, 1);
+    setenv("CRAWLVM_HEAP_PROFILE_RESTARTED", "1", 1);
+    execv("/proc/self/exe", argv);
+    fprintf(stderr, "crawlvm: --heap-profile: cannot restart: %s\n", strerror(errno));
 }
 
 static char *read_file(const char *path)
@@ -95,6 +133,7 @@ int main(int argc, char **argv)
 {
     const char *file = NULL, *expr = NULL;
     int native = 0, fast = 0, gc_stats = 0, sanitize = 0, sampled = 0, gc_verify = 0;
+    const char *heap_profile = NULL;
     long gc_stress = 0;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
@@ -122,6 +161,12 @@ int main(int argc, char **argv)
                         usage);
                 return 2;
             }
+        } else if (strcmp(argv[i], "--heap-profile") == 0) {
+            if (++i == argc || !argv[i][0]) {
+                fprintf(stderr, "crawlvm: --heap-profile needs a file name\n%s", usage);
+                return 2;
+            }
+            heap_profile = argv[i];
         } else if (strcmp(argv[i], "-e") == 0) {
             if (++i == argc) {
                 fprintf(stderr, "crawlvm: -e needs an expression\n%s", usage);
@@ -140,6 +185,13 @@ int main(int argc, char **argv)
     }
     if (!file && !expr) {
         fprintf(stderr, "crawlvm: no script given\n%s", usage);
+        return 2;
+    }
+    if (heap_profile && !crawl_heap_profile_active()) {
+        if (!getenv("CRAWLVM_HEAP_PROFILE_RESTARTED"))
+            restart_with_preload(argv);
+        else
+            fprintf(stderr, "crawlvm: --heap-profile: libcrawl-preload.so is not recording\n");
         return 2;
     }
     char *source = NULL;
@@ -187,6 +239,15 @@ int main(int argc, char **argv)
     vm_install_fatal_handlers(vm);
     int rc = vm_eval(vm, expr ? expr : source, expr ? "-e" : file, NULL);
     fflush(stdout);
+    if (heap_profile) {
+        int err = crawl_heap_profile_write(heap_profile);
+        if (err) {
+            fprintf(stderr, "crawlvm: cannot write the heap profile to '%s': %s\n", heap_profile,
+                    strerror(-err));
+            if (!rc)
+                rc = 1;
+        }
+    }
     if (gc_stats)
         fprintf(stderr,
                 "gc: %lu collections, heap %zu KiB (%zu KiB free), %lu roots from crawl in the "

@@ -49,7 +49,10 @@ static void test_sources_in_order(void **state)
                                    "gc_poison_collected=0:gc_alloc_stacks=0:gc_quarantine_mb=16:"
                                    "gpa_sample_rate=5000:gpa_max_allocations=16:"
                                    "gpa_perfectly_right_align=0:gpa_recoverable=0:"
-                                   "gpa_install_signal_handlers=1");
+                                   "gpa_install_signal_handlers=1:"
+                                   "heap_profile=0:heap_profile_path=:heap_stack_min_size=0:"
+                                   "heap_sample_bytes=0:heap_stack_fast=0:leak_check=0:"
+                                   "leak_check_exitcode=23:leak_check_reachable=0");
     assert_int_equal(crawl_sanitizer_set_options("redzone=128::fast_unwind_on_malloc=1:"), 0);
     assert_non_null(strstr(current(), "redzone=128:fast_unwind_on_malloc=1"));
 }
@@ -110,13 +113,13 @@ static void test_get_option_and_serial(void **state)
 static void test_help(void **state)
 {
     (void)state;
-    char err[2048];
+    char err[8192];
     assert_int_equal(set_quietly("help=1", err, sizeof err), 0);
     assert_non_null(strstr(err, "crawl sanitizer options (key=value, separated by ':'):"));
     assert_non_null(strstr(err, "  halt_on_error=1 "));
     assert_non_null(strstr(err, "  depot_budget_mb=256 "));
     /* every option get_options prints is listed, as "  key=" at a line start */
-    char all[512];
+    char all[2048];
     snprintf(all, sizeof all, "%s", current());
     for (char *save = NULL, *item = strtok_r(all, ":", &save); item;
          item = strtok_r(NULL, ":", &save)) {

@@ -1,0 +1,48 @@
+#!/bin/sh
+# bench/heap_profile: 10M malloc/free pairs (bench_heap_work, -O2 without
+# frame pointers) in one run each, alternating, 5 rounds: glibc alone;
+# heaptrack (every allocation with its stack, when installed); crawl's
+# preload recording every allocation with its stack (CFI, the default);
+# the same with frame-pointer stacks; crawl sampling stacks every 512 KiB
+# (tcmalloc's default). Medians of the workload's own wall time, and the
+# overhead of each over glibc.
+# usage: bench/heap_profile.sh [BUILD_DIR] [ITERATIONS]
+set -eu
+build=${1:-$(dirname "$0")/../build/dev}
+iters=${2:-10000000}
+work=$build/bench/bench_heap_work
+pre=$build/libcrawl-preload.so
+pin=""
+command -v taskset >/dev/null && pin="taskset -c 1"
+export DEBUGINFOD_URLS=
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+run() {   # label, command...
+    label=$1; shift
+    "$@" >"$tmp/out" 2>/dev/null || { echo "bench: $label failed" >&2; exit 1; }
+    grep -E '^[0-9]+\.[0-9]+$' "$tmp/out" | tail -n 1 >>"$tmp/$label"
+}
+have_heaptrack=0
+command -v heaptrack >/dev/null && have_heaptrack=1
+for round in 1 2 3 4 5; do
+    run glibc $pin "$work" "$iters"
+    [ $have_heaptrack -eq 1 ] && run heaptrack $pin heaptrack -o "$tmp/ht" "$work" "$iters"
+    CRAWL_OPTIONS=heap_profile=1 LD_PRELOAD=$pre run crawl $pin "$work" "$iters"
+    CRAWL_OPTIONS=heap_profile=1:heap_stack_fast=1 LD_PRELOAD=$pre run crawl_fast $pin "$work" "$iters"
+    CRAWL_OPTIONS=heap_profile=1:heap_sample_bytes=524288 LD_PRELOAD=$pre run sampled $pin "$work" "$iters"
+    rm -f "$tmp"/ht*
+done
+med() { sort -n "$tmp/$1" | sed -n 3p; }
+g=$(med glibc)
+h=$([ $have_heaptrack -eq 1 ] && med heaptrack || echo 0)
+echo "bench/heap_profile: $iters malloc/free pairs, seconds (median of 5, one core)"
+awk -v g="$g" -v h="$h" -v c="$(med crawl)" -v f="$(med crawl_fast)" -v s="$(med sampled)" 'BEGIN {
+    printf "  glibc alone                        %7.3f\n", g
+    if (h > 0)
+        printf "  heaptrack (every stack)            %7.3f   %5.2fx  overhead %+6.0f%%\n", h, h / g, 100 * (h - g) / g
+    else
+        printf "  heaptrack                          (not installed: apt-get install heaptrack)\n"
+    printf "  crawl, every stack (CFI)           %7.3f   %5.2fx  overhead %+6.0f%%", c, c / g, 100 * (c - g) / g
+    if (h > 0) printf "   (%.2f of heaptrack'"'"'s overhead)", (c - g) / (h - g)
+    printf "\n  crawl, every stack (frame pointers) %6.3f   %5.2fx  overhead %+6.0f%%\n", f, f / g, 100 * (f - g) / g
+    printf "  crawl, sampled every 512 KiB       %7.3f   %5.2fx  overhead %+6.0f%%\n", s, s / g, 100 * (s - g) / g }'

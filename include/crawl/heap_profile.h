@@ -1,0 +1,128 @@
+/* crawl heap profiles: who holds native memory, with script frames in the
+ * stacks. An allocator's hooks (libcrawl-preload.so for a whole process, or
+ * an embedder's own allocator) report each allocation and free; crawl keeps
+ * a live table (size, the caller's pc, a mixed stack id from the depot) and
+ * writes it as people read heaps: by caller module and by stack (text,
+ * JSON), pprof, collapsed stacks, an SVG flame graph; and at exit a leak
+ * report in LeakSanitizer's shape.
+ *
+ * Options (crawl/sanitizer.h; CRAWL_OPTIONS for the preload):
+ *   heap_profile=1          record (the preload's switch; the API records
+ *                           whenever crawl_heap_profile_start was called)
+ *   heap_profile_path=FILE  write the live heap at exit, the format from the
+ *                           extension: .pb.gz pprof, .json, .folded, .svg,
+ *                           anything else text
+ *   heap_stack_min_size=N   a stack only for allocations of N bytes or more
+ *   heap_sample_bytes=N     a stack for one allocation every N bytes on
+ *                           average (tcmalloc's heap sampler: the outputs
+ *                           scale the sampled stacks back to unbiased totals);
+ *                           0: every allocation (the default)
+ *   heap_stack_fast=1       frame-pointer stacks (0: DWARF CFI, right in code
+ *                           built without frame pointers)
+ *   leak_check=1            the leak report at exit (implies heap_profile=1)
+ *   leak_check_exitcode=23  the exit status when leaks were found (0: keep
+ *                           the program's own)
+ *   leak_check_reachable=1  the report also lists what is still reachable
+ */
+#ifndef CRAWL_HEAP_PROFILE_H
+#define CRAWL_HEAP_PROFILE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <crawl/common.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* crawl__heap_profile_on: 0 never started, 1 recording, 2 stopped (frees
+ * are still taken out). crawl_heap_profile_active: 1 while recording, the
+ * test an allocator's allocation hook makes before calling in (its free
+ * hook calls crawl_heap_profile_free whenever crawl__heap_profile_on is
+ * not 0). One load of an exported int; async-signal-safe. */
+CRAWL_API extern int crawl__heap_profile_on;
+static inline int crawl_heap_profile_active(void) { return crawl__heap_profile_on == 1; }
+
+/* Start recording with the current options (they are read here, and again
+ * at each option change). Idempotent. 0, or -ENOMEM. Thread-safe; not
+ * async-signal-safe (maps the live table). */
+CRAWL_API int crawl_heap_profile_start(void);
+/* What libcrawl-preload.so calls when it loads: start recording when the
+ * options say heap_profile=1 or leak_check=1, and at exit write
+ * heap_profile_path and run the leak check (with leaks found, the process
+ * exits with leak_check_exitcode, 23 by default, as LeakSanitizer's). 1 if
+ * recording started, 0 if the options did not ask, or a negative errno.
+ * Thread-safe; not async-signal-safe. */
+CRAWL_API int crawl_heap_profile_from_options(void);
+/* Stop recording; what was recorded stays (outputs still work), frees of
+ * recorded chunks are still taken out. Thread-safe, async-signal-safe. */
+CRAWL_API void crawl_heap_profile_stop(void);
+
+/* An allocator's hooks. crawl_heap_profile_alloc records p (size bytes;
+ * caller: the return address into the allocating code, or 0 for "the frame
+ * above the hook") with a mixed stack as the options say; the stack starts
+ * at the function that called crawl_heap_profile_alloc. crawl_heap_profile_free
+ * takes p out (unknown pointers are ignored). Neither allocates through
+ * malloc (the table and the depot grow by mmap) and both are re-entrancy
+ * safe: an allocation made while crawl itself works (compiling CFI on a
+ * first walk through a module) is not recorded. Thread-safe: the table is
+ * sharded, no global lock. Not async-signal-safe. Fork-safe: the child
+ * keeps the parent's table. */
+/* (p is an address only: the memory behind it is never read, so GCC may not
+ * warn that a fresh, uninitialized chunk is passed) */
+#if defined(__GNUC__) && !defined(__clang__) && __GNUC__ >= 11
+#define CRAWL__ADDRESS_ONLY __attribute__((access(none, 1)))
+#else
+#define CRAWL__ADDRESS_ONLY
+#endif
+CRAWL_API void crawl_heap_profile_alloc(const void *p, size_t size,
+                                        uintptr_t caller) CRAWL__ADDRESS_ONLY;
+CRAWL_API void crawl_heap_profile_free(const void *p) CRAWL__ADDRESS_ONLY;
+
+typedef struct crawl_heap_totals {
+    size_t live_bytes, live_objects;    /* recorded chunks not freed */
+    size_t stacks;                      /* distinct stacks among them */
+    unsigned long dropped;              /* allocations not recorded (no memory for the table) */
+} crawl_heap_totals;
+/* The totals now. Thread-safe; takes each shard's lock in turn. */
+CRAWL_API void crawl_heap_profile_totals(crawl_heap_totals *out);
+
+typedef enum crawl_heap_format {
+    CRAWL_HEAP_TEXT,                    /* by caller module, then by stack */
+    CRAWL_HEAP_JSON,                    /* the same, as one JSON object */
+    CRAWL_HEAP_FOLDED,                  /* collapsed stacks: "root;...;leaf bytes" */
+    CRAWL_HEAP_SVG,                     /* a self-contained flame graph of live bytes */
+    CRAWL_HEAP_PPROF                    /* pprof's profile.proto, gzip-compressed */
+} crawl_heap_format;
+
+/* Write the live heap to fd in format. 0, -EINVAL (bad format or fd),
+ * -ENOMEM, -EIO (a write failed). Not async-signal-safe (symbolizes,
+ * allocates: those allocations are not recorded). Thread-safe: other
+ * threads go on allocating; the output is a consistent copy of each shard. */
+CRAWL_API int crawl_heap_profile_write_fd(int fd, crawl_heap_format format);
+/* The same to a file created (or truncated) at path, the format from its
+ * extension as for heap_profile_path. 0 or a negative errno value. */
+CRAWL_API int crawl_heap_profile_write(const char *path);
+/* The format heap_profile_path would choose for path. */
+CRAWL_API crawl_heap_format crawl_heap_format_for(const char *path);
+
+/* LeakSanitizer's check, now: the stacks (from their stack pointer up; for
+ * the calling thread from here), registers, static data (writable segments
+ * of every module) and static TLS of the threads crawl knows (the caller and
+ * every attached thread) are scanned conservatively for pointers into
+ * recorded chunks, then the chunks reached, transitively. A chunk not
+ * reached is a leak: "direct" when no other leaked chunk points to it,
+ * "indirect" otherwise. The report, grouped by allocation stack, goes to
+ * fd (-1: the sanitizer's log_path), in LeakSanitizer's wording ("Direct
+ * leak of N byte(s) in M object(s) allocated from:", "SUMMARY: ..."). The
+ * number of leaked objects, or a negative errno value. Threads crawl does
+ * not know are not scanned: run it when they are gone or idle (at exit).
+ * Not async-signal-safe; thread-safe. */
+CRAWL_API long crawl_leak_check(int fd);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,345 @@
+/* Heap profiles: the live table of recorded allocations.
+ *
+ * 64 shards chosen by the pointer's hash, each an open-addressed table
+ * (linear probing, tombstones) under its own mutex, grown by mmap: a hook
+ * takes one uncontended lock and never calls malloc. The mixed stack is
+ * captured before the lock (a first walk through a module compiles its CFI
+ * and allocates: those allocations come back here and are dropped by the
+ * per-thread "inside" flag, as are any made while crawl holds one of its
+ * own locks). */
+#include <errno.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <crawl/heap_profile.h>
+
+#include "sanitizer/heap_profile_internal.h"
+
+CRAWL_API int crawl__heap_profile_on;
+
+typedef struct shard {
+    pthread_mutex_t lock;
+    hp_entry *t;                        /* cap entries, mmap'ed */
+    size_t cap, used, live;             /* used counts tombstones too */
+    size_t live_bytes;
+    char pad[64 - (sizeof(pthread_mutex_t) + sizeof(void *) + 4 * sizeof(size_t)) % 64];
+} shard;
+
+static shard shards[HP_SHARDS];
+static atomic_ulong dropped;
+static atomic_ulong sample_bytes;       /* heap_sample_bytes when started */
+static __thread int inside __attribute__((tls_model("initial-exec")));
+static __thread long countdown __attribute__((tls_model("initial-exec")));
+static __thread uint64_t rng __attribute__((tls_model("initial-exec")));
+
+static inline uint64_t hash_ptr(uintptr_t p)
+{
+    return (uint64_t)(p >> 4) * 0x9e3779b97f4a7c15ULL;
+}
+
+static void shards_init(void)
+{
+    for (int i = 0; i < HP_SHARDS; i++)
+        pthread_mutex_init(&shards[i].lock, NULL);
+}
+static pthread_once_t once = PTHREAD_ONCE_INIT;
+
+/* Rehash s into a table of cap entries (under its lock). 0 or -ENOMEM. */
+static int rehash(shard *s, size_t cap)
+{
+    hp_entry *t = mmap(NULL, cap * sizeof *t, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
+                       -1, 0);
+    if (t == MAP_FAILED)
+        return -ENOMEM;
+    for (size_t i = 0; i < s->cap; i++) {
+        const hp_entry *e = &s->t[i];
+        if (e->ptr <= HP_TOMB)
+            continue;
+        size_t j = hash_ptr(e->ptr) & (cap - 1);
+        while (t[j].ptr)
+            j = (j + 1) & (cap - 1);
+        t[j] = *e;
+    }
+    if (s->t)
+        munmap(s->t, s->cap * sizeof *s->t);
+    s->t = t, s->cap = cap, s->used = s->live;
+    return 0;
+}
+
+static int insert(const hp_entry *e)
+{
+    uint64_t h = hash_ptr(e->ptr);
+    shard *s = &shards[h >> (64 - HP_SHARD_BITS)];
+    pthread_mutex_lock(&s->lock);
+    if ((s->used + 1) * 2 > s->cap &&
+        rehash(s, s->live * 4 + 4 > s->cap ? (s->cap ? s->cap * 2 : 1024) : s->cap) != 0) {
+        pthread_mutex_unlock(&s->lock);
+        return -ENOMEM;
+    }
+    size_t j = h & (s->cap - 1), tomb = SIZE_MAX;
+    for (;; j = (j + 1) & (s->cap - 1)) {
+        uintptr_t p = s->t[j].ptr;
+        if (p == e->ptr) {               /* recorded twice (a free we did not see): replace */
+            s->live_bytes -= s->t[j].size;
+            s->t[j] = *e;
+            s->live_bytes += e->size;
+            pthread_mutex_unlock(&s->lock);
+            return 0;
+        }
+        if (p == HP_TOMB && tomb == SIZE_MAX)
+            tomb = j;
+        if (p == 0)
+            break;
+    }
+    if (tomb != SIZE_MAX)
+        j = tomb;
+    else
+        s->used++;
+    s->t[j] = *e;
+    s->live++;
+    s->live_bytes += e->size;
+    pthread_mutex_unlock(&s->lock);
+    return 0;
+}
+
+static void erase(uintptr_t ptr)
+{
+    uint64_t h = hash_ptr(ptr);
+    shard *s = &shards[h >> (64 - HP_SHARD_BITS)];
+    pthread_mutex_lock(&s->lock);
+    if (s->cap) {
+        for (size_t j = h & (s->cap - 1);; j = (j + 1) & (s->cap - 1)) {
+            uintptr_t p = s->t[j].ptr;
+            if (p == 0)
+                break;
+            if (p == ptr) {
+                s->live--;
+                s->live_bytes -= s->t[j].size;
+                s->t[j].ptr = HP_TOMB;
+                break;
+            }
+        }
+    }
+    pthread_mutex_unlock(&s->lock);
+}
+
+/* ---- sampling by bytes (tcmalloc's heap sampler) -------------------------------------- */
+
+static uint64_t next_random(void)
+{
+    if (!rng) {
+        struct timespec ts;
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        rng = ((uint64_t)ts.tv_nsec << 20) ^ (uint64_t)(uintptr_t)&ts ^ ((uint64_t)gettid() | 1);
+    }
+    rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
+    return rng;
+}
+
+/* Bytes until the next sample: exponential with mean n, so every byte is
+ * equally likely to be the one sampled. */
+static long next_interval(unsigned long n)
+{
+    double u = ((double)(next_random() >> 11) + 0.5) / 9007199254740992.0;   /* (0, 1) */
+    double x = -log(u) * (double)n;
+    return x < 1 ? 1 : x > 1e15 ? (long)1e15 : (long)x;
+}
+
+/* 1 when this allocation of size bytes is a sample. */
+static int sampled(size_t size, unsigned long n)
+{
+    if (countdown <= 0)
+        countdown = next_interval(n);    /* a thread's first allocation: start its count */
+    countdown -= (long)(size ? size : 1);
+    if (countdown > 0)
+        return 0;
+    countdown = next_interval(n);
+    return 1;
+}
+
+/* ---- the hooks ------------------------------------------------------------------------ */
+
+void crawl_heap_profile_alloc(const void *p, size_t size, uintptr_t caller)
+{
+    if (!p || crawl__heap_profile_on != 1)
+        return;
+    if (inside || crawl__busy)
+        return;                          /* crawl's own, not the program's */
+    inside = 1;
+    if (!caller)
+        caller = (uintptr_t)__builtin_return_address(0);
+    const san_options *o = san_opts();
+    hp_entry e = {.ptr = (uintptr_t)p, .size = size, .caller = caller};
+    unsigned long n = atomic_load_explicit(&sample_bytes, memory_order_relaxed);
+    int want = n ? sampled(size, n) : size >= o->heap_stack_min_size;
+    if (want) {
+        crawl_regs here;
+        crawl_capture_regs(&here);
+        e.stack = san_capture_at(&here, o->malloc_context_size,
+                                 o->heap_stack_fast ? CRAWL_WALK_FAST : 0);
+        e.flags = n ? HP_SAMPLED : 0;
+    }
+    if (insert(&e) != 0)
+        atomic_fetch_add_explicit(&dropped, 1, memory_order_relaxed);
+    inside = 0;
+    CRAWL__NO_TAIL(e.stack);
+}
+
+void crawl_heap_profile_free(const void *p)
+{
+    if (p)
+        erase((uintptr_t)p);             /* takes a shard lock only: safe at any depth */
+}
+
+int crawl_heap_profile_start(void)
+{
+    pthread_once(&once, shards_init);
+    atomic_store(&sample_bytes, san_opts()->heap_sample_bytes);
+    __atomic_store_n(&crawl__heap_profile_on, 1, __ATOMIC_RELEASE);
+    return 0;
+}
+
+void crawl_heap_profile_stop(void)
+{
+    if (__atomic_load_n(&crawl__heap_profile_on, __ATOMIC_RELAXED))
+        __atomic_store_n(&crawl__heap_profile_on, 2, __ATOMIC_RELEASE);
+}
+
+/* ---- reading the table ----------------------------------------------------------------- */
+
+int hp_snapshot(hp_snap *out)
+{
+    pthread_once(&once, shards_init);
+    memset(out, 0, sizeof *out);
+    out->sample_bytes = atomic_load(&sample_bytes);
+    size_t cap = 0;
+    hp_entry *all = NULL;
+    for (int i = 0; i < HP_SHARDS; i++) {
+        shard *s = &shards[i];
+        pthread_mutex_lock(&s->lock);
+        if (out->n + s->live > cap) {
+            size_t ncap = (out->n + s->live) * 2 + 1024;
+            hp_entry *bigger = mmap(NULL, ncap * sizeof *bigger, PROT_READ | PROT_WRITE,
+                                    MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+            if (bigger == MAP_FAILED) {
+                pthread_mutex_unlock(&s->lock);
+                if (all)
+                    munmap(all, cap * sizeof *all);
+                return -ENOMEM;
+            }
+            if (all) {
+                memcpy(bigger, all, out->n * sizeof *all);
+                munmap(all, cap * sizeof *all);
+            }
+            all = bigger, cap = ncap;
+        }
+        for (size_t j = 0; j < s->cap; j++)
+            if (s->t[j].ptr > HP_TOMB)
+                all[out->n++] = s->t[j];
+        pthread_mutex_unlock(&s->lock);
+    }
+    out->e = all, out->cap = cap;
+    out->dropped = atomic_load(&dropped);
+    return 0;
+}
+
+size_t hp_table_ranges(uintptr_t (*out)[2], size_t max)
+{
+    size_t k = 0;
+    for (int i = 0; i < HP_SHARDS && k < max; i++) {
+        shard *s = &shards[i];
+        pthread_mutex_lock(&s->lock);
+        if (s->t) {
+            out[k][0] = (uintptr_t)s->t;
+            out[k][1] = (uintptr_t)(s->t + s->cap);
+            k++;
+        }
+        pthread_mutex_unlock(&s->lock);
+    }
+    return k;
+}
+
+void hp_snapshot_free(hp_snap *s)
+{
+    if (s->e)
+        munmap(s->e, s->cap * sizeof *s->e);
+    s->e = NULL;
+}
+
+int hp_inside_enter(void)
+{
+    int was = inside;
+    inside = 1;
+    return was;
+}
+void hp_inside_leave(int was) { inside = was; }
+
+void crawl_heap_profile_totals(crawl_heap_totals *out)
+{
+    pthread_once(&once, shards_init);
+    memset(out, 0, sizeof *out);
+    for (int i = 0; i < HP_SHARDS; i++) {
+        shard *s = &shards[i];
+        pthread_mutex_lock(&s->lock);
+        out->live_bytes += s->live_bytes;
+        out->live_objects += s->live;
+        pthread_mutex_unlock(&s->lock);
+    }
+    out->dropped = atomic_load(&dropped);
+    hp_snap snap;
+    int was = hp_inside_enter();
+    if (hp_snapshot(&snap) == 0) {
+        out->stacks = hp_count_stacks(&snap);
+        hp_snapshot_free(&snap);
+    }
+    hp_inside_leave(was);
+}
+
+/* fork(): the shards are leaves (nothing is taken inside them). */
+void san_hp_fork(int lock)
+{
+    pthread_once(&once, shards_init);
+    for (int i = 0; i < HP_SHARDS; i++) {
+        if (lock)
+            pthread_mutex_lock(&shards[i].lock);
+        else
+            pthread_mutex_unlock(&shards[i].lock);
+    }
+}
+
+/* ---- at exit ------------------------------------------------------------------------------ */
+
+static void at_exit(void);
+static void register_exit(void) { atexit(at_exit); }
+
+static void at_exit(void)
+{
+    const san_options *o = san_opts();
+    if (o->heap_profile_path[0])
+        crawl_heap_profile_write(o->heap_profile_path);
+    if (o->leak_check && crawl_leak_check(-1) > 0 && o->leak_check_exitcode) {
+        fflush(NULL);
+        _exit((int)o->leak_check_exitcode);
+    }
+}
+
+int crawl_heap_profile_from_options(void)
+{
+    static pthread_once_t exit_once = PTHREAD_ONCE_INIT;
+    const san_options *o = san_opts();
+    if (!o->heap_profile && !o->leak_check)
+        return 0;
+    int rc = crawl_heap_profile_start();
+    if (rc)
+        return rc;
+    san_keep_stderr();                   /* the exit report outlives a closed stderr */
+    pthread_once(&exit_once, register_exit);
+    return 1;
+}

@@ -1,0 +1,41 @@
+/* Heap profiles, private to the sanitizer layer: the live table's entries
+ * and a consistent copy of them for the outputs and the leak check. */
+#ifndef CRAWL_SANITIZER_HEAP_PROFILE_INTERNAL_H
+#define CRAWL_SANITIZER_HEAP_PROFILE_INTERNAL_H
+
+#include <crawl/heap_profile.h>
+
+#include "sanitizer/internal.h"
+
+#define HP_SHARD_BITS 6
+#define HP_SHARDS (1 << HP_SHARD_BITS)
+#define HP_TOMB ((uintptr_t)1)          /* ptr of an erased entry; 0: never used */
+#define HP_SAMPLED 1u                   /* flags: a byte sample (scale it) */
+
+typedef struct hp_entry {
+    uintptr_t ptr;
+    size_t size;
+    uintptr_t caller;                   /* return address into the allocating code */
+    uint32_t stack;                     /* depot id, 0: none taken */
+    uint32_t flags;
+} hp_entry;
+
+typedef struct hp_snap {
+    hp_entry *e;                        /* n entries (mmap'ed, cap) */
+    size_t n, cap;
+    unsigned long sample_bytes;         /* 0: every allocation has its stack */
+    unsigned long dropped;
+} hp_snap;
+
+int hp_snapshot(hp_snap *out);          /* 0 or -ENOMEM */
+void hp_snapshot_free(hp_snap *s);
+/* The shards' tables [lo, hi) (they hold every chunk's address: a leak
+ * check must not take them for roots). Their count, at most max. */
+size_t hp_table_ranges(uintptr_t (*out)[2], size_t max);
+/* Mark the thread as inside crawl (its allocations are not recorded). */
+int hp_inside_enter(void);
+void hp_inside_leave(int was);
+/* Distinct stacks among the snapshot's entries (heap_output.c). */
+size_t hp_count_stacks(const hp_snap *s);
+
+#endif

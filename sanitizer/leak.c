@@ -1,0 +1,421 @@
+/* Leak checks, LeakSanitizer's way, over the heap profile's live table:
+ * roots (stacks, registers, static data, static TLS) are scanned
+ * conservatively for words pointing into recorded chunks (interior pointers
+ * count), then every chunk reached is scanned in turn. Chunks never reached
+ * leaked: indirectly when another leaked chunk points to them, directly
+ * otherwise. */
+#include <dlfcn.h>
+#include <errno.h>
+#include <link.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "sanitizer/heap_output.h"
+
+enum { UNREACHED, REACHABLE, INDIRECT };
+
+typedef struct scan {
+    const hp_entry *e;                  /* sorted by ptr */
+    size_t n;
+    unsigned char *mark;
+    size_t *work, nwork;
+    uintptr_t lo, hi;                   /* the chunks' span: a quick first test */
+    uintptr_t skip[HP_SHARDS + 1][2];   /* crawl's own tables of chunk addresses */
+    size_t nskip;
+} scan;
+
+static int by_ptr(const void *a, const void *b)
+{
+    const hp_entry *x = a, *y = b;
+    return x->ptr < y->ptr ? -1 : x->ptr > y->ptr;
+}
+
+/* The chunk holding address w, or -1. */
+static long chunk_of(const scan *s, uintptr_t w)
+{
+    if (w < s->lo || w >= s->hi)
+        return -1;
+    size_t a = 0, b = s->n;             /* the last chunk starting at or below w */
+    while (b - a > 1) {
+        size_t m = (a + b) / 2;
+        if (s->e[m].ptr <= w)
+            a = m;
+        else
+            b = m;
+    }
+    const hp_entry *e = &s->e[a];
+    return w >= e->ptr && (w < e->ptr + e->size || w == e->ptr) ? (long)a : -1;
+}
+
+/* Mark what [lo, hi) points to: unreached chunks become `to` (and go on the
+ * work list when `to` is REACHABLE). */
+static void scan_words(scan *s, uintptr_t lo, uintptr_t hi, int to);
+static void scan_range(scan *s, uintptr_t lo, uintptr_t hi, int to)
+{
+    for (size_t i = 0; i < s->nskip; i++) {   /* cut crawl's own tables out */
+        uintptr_t a = s->skip[i][0], b = s->skip[i][1];
+        if (a < hi && b > lo) {
+            if (lo < a)
+                scan_range(s, lo, a, to);
+            if (b < hi)
+                scan_range(s, b, hi, to);
+            return;
+        }
+    }
+    scan_words(s, lo, hi, to);
+}
+
+static void scan_words(scan *s, uintptr_t lo, uintptr_t hi, int to)
+{
+    lo = (lo + sizeof(uintptr_t) - 1) & ~(uintptr_t)(sizeof(uintptr_t) - 1);
+    for (uintptr_t a = lo; a + sizeof(uintptr_t) <= hi; a += sizeof(uintptr_t)) {
+        uintptr_t w;
+        memcpy(&w, (const void *)a, sizeof w);
+        long k = chunk_of(s, w);
+        if (k < 0 || s->mark[k] == REACHABLE || (to == INDIRECT && s->mark[k] == INDIRECT))
+            continue;
+        s->mark[k] = (unsigned char)to;
+        if (to == REACHABLE)
+            s->work[s->nwork++] = (size_t)k;
+    }
+}
+
+static void propagate(scan *s)
+{
+    while (s->nwork) {
+        const hp_entry *e = &s->e[s->work[--s->nwork]];
+        scan_range(s, e->ptr, e->ptr + e->size, REACHABLE);
+    }
+}
+
+/* Writable PT_LOAD segments of every module: static data, .bss, GOTs. */
+static int scan_module(struct dl_phdr_info *info, size_t size, void *arg)
+{
+    (void)size;
+    scan *s = arg;
+    for (int i = 0; i < info->dlpi_phnum; i++) {
+        const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
+        if (ph->p_type != PT_LOAD || !(ph->p_flags & PF_W))
+            continue;
+        uintptr_t lo = info->dlpi_addr + ph->p_vaddr;
+        scan_range(s, lo, lo + ph->p_memsz, REACHABLE);
+    }
+    return 0;
+}
+
+/* Readable mappings (/proc/self/maps): to clip ranges that may not be all
+ * mapped (the main thread's stack bounds come from its rlimit), and the
+ * anonymous read-write ones, roots as valgrind's memcheck takes them:
+ * memory a program's own allocator got from mmap (Python's object arenas,
+ * Lua's) holds pointers to malloc'ed chunks. */
+typedef struct maps {
+    uintptr_t (*r)[3];                  /* lo, hi, 1 anonymous and writable, 2 [heap] */
+    size_t n;
+} maps;
+
+static void read_maps(maps *m)
+{
+    m->r = NULL, m->n = 0;
+    FILE *f = fopen("/proc/self/maps", "re");
+    if (!f)
+        return;
+    size_t cap = 0;
+    char line[512];
+    while (fgets(line, sizeof line, f)) {
+        unsigned long lo, hi, off, inode;
+        char perms[8], dev[16];
+        int pathat = 0;
+        if (sscanf(line, "%lx-%lx %7s %lx %15s %lu %n", &lo, &hi, perms, &off, dev, &inode,
+                   &pathat) < 6 ||
+            perms[0] != 'r')
+            continue;
+        const char *path = pathat ? line + pathat : "";
+        int anon = inode != 0 || perms[1] != 'w'       ? 0
+                   : strncmp(path, "[heap]", 6) == 0 ? 2
+                   : path[0] == '\n' || path[0] == '\0' || strncmp(path, "[stack", 6) == 0 ||
+                           strncmp(path, "[anon", 5) == 0
+                       ? 1
+                       : 0;
+        if (m->n == cap) {
+            cap = cap ? cap * 2 : 256;
+            uintptr_t(*more)[3] = realloc(m->r, cap * sizeof *more);
+            if (!more)
+                break;
+            m->r = more;
+        }
+        m->r[m->n][0] = lo, m->r[m->n][1] = hi, m->r[m->n][2] = (uintptr_t)anon;
+        m->n++;
+    }
+    fclose(f);
+}
+
+/* Anonymous writable mappings, except malloc's heaps (the brk heap, and
+ * the 64 MiB-aligned heaps of its other arenas: freed memory there holds
+ * stale pointers), the recorded chunks in them (scanned when reached: a
+ * large chunk is a mapping of its own, which the kernel may merge with
+ * its neighbours) and the calling thread's stack (scanned from its stack
+ * pointer only). */
+static void scan_anonymous(scan *s, const maps *m, uintptr_t own_sp)
+{
+    for (size_t i = 0; i < m->n; i++) {
+        uintptr_t lo = m->r[i][0], hi = m->r[i][1];
+        if (m->r[i][2] != 1 || (own_sp >= lo && own_sp < hi) || hi - lo > (4ul << 30))
+            continue;                    /* (4 GiB and more: reserved space, a sanitizer's shadow) */
+        size_t a = 0, b = s->n;          /* the first chunk at or above lo */
+        while (a < b) {
+            size_t mid = (a + b) / 2;
+            if (s->e[mid].ptr < lo)
+                a = mid + 1;
+            else
+                b = mid;
+        }
+        if (a < s->n && s->e[a].ptr < hi && (lo & ((64u << 20) - 1)) == 0)
+            continue;                    /* an arena's heap */
+        for (uintptr_t at = lo; at < hi;) {
+            uintptr_t end = a < s->n && s->e[a].ptr < hi ? s->e[a].ptr : hi;
+            if (at < end)
+                scan_range(s, at, end, REACHABLE);
+            if (end == hi)
+                break;
+            uintptr_t past = s->e[a].ptr + s->e[a].size;
+            at = past > at ? past : at;
+            a++;
+        }
+    }
+}
+
+typedef struct thread_scan {
+    scan *s;
+    maps m;
+} thread_scan;
+
+static void scan_thread(crawl__thread *th, void *arg)
+{
+    thread_scan *ts = arg;
+    if (th == crawl__self())
+        return;
+    /* another thread: the mapped part of its stack (its static TLS is at the top) */
+    for (size_t i = 0; i < ts->m.n; i++) {
+        uintptr_t lo = ts->m.r[i][0] > th->stack_lo ? ts->m.r[i][0] : th->stack_lo;
+        uintptr_t hi = ts->m.r[i][1] < th->stack_hi ? ts->m.r[i][1] : th->stack_hi;
+        if (lo < hi)
+            scan_range(ts->s, lo, hi, REACHABLE);
+    }
+}
+
+/* The calling thread's static TLS block and TCB, and the DTV's dynamic
+ * TLS pointers (x86-64: the thread pointer is the TCB; TLS lies below). */
+static void scan_own_tls(scan *s)
+{
+    uintptr_t tp = (uintptr_t)pthread_self();
+    size_t tls_size = 4096, align = 64;
+    void (*info)(size_t *, size_t *) =
+        (void (*)(size_t *, size_t *))dlsym(RTLD_DEFAULT, "_dl_get_tls_static_info");
+    if (info)
+        info(&tls_size, &align);
+    if (tls_size > (64u << 20))
+        tls_size = 64u << 20;
+    scan_range(s, tp - tls_size, tp + 2 * sizeof(uintptr_t), REACHABLE);
+    const uintptr_t *dtv = ((const uintptr_t **)tp)[1];
+    if (dtv) {
+        size_t slots = dtv[-2];          /* dtv[-1].counter: the entries */
+        if (slots < 65536)
+            scan_range(s, (uintptr_t)dtv, (uintptr_t)(dtv + 2 * (slots + 1)), REACHABLE);
+    }
+}
+
+/* The calling thread's stack from this frame (below every caller's, so
+ * what scan_roots spilled is in) to its top. */
+static __attribute__((noinline)) void scan_own_stack(scan *s)
+{
+    crawl__thread *th = crawl__self();
+    uintptr_t hi = th->attached ? th->stack_hi : 0;
+    if (!hi) {
+        pthread_attr_t attr;
+        void *addr;
+        size_t size;
+        if (pthread_getattr_np(pthread_self(), &attr) == 0) {
+            if (pthread_attr_getstack(&attr, &addr, &size) == 0)
+                hi = (uintptr_t)addr + size;
+            pthread_attr_destroy(&attr);
+        }
+    }
+    uintptr_t here = (uintptr_t)__builtin_frame_address(0);
+    if (hi > here)
+        scan_range(s, here, hi, REACHABLE);
+}
+
+static __attribute__((noinline)) void scan_roots(scan *s)
+{
+    __builtin_unwind_init();             /* callee-saved registers into this frame */
+    scan_own_stack(s);
+    scan_own_tls(s);
+    thread_scan ts = {.s = s};
+    read_maps(&ts.m);
+    crawl__threads_foreach_locked(scan_thread, &ts);
+    scan_anonymous(s, &ts.m, (uintptr_t)__builtin_frame_address(0));
+    free(ts.m.r);
+    dl_iterate_phdr(scan_module, s);
+}
+
+/* ---- the report --------------------------------------------------------------------------- */
+
+typedef struct leak_group {
+    uint32_t stack;
+    uintptr_t caller;
+    int kind;
+    size_t bytes, objects;
+} leak_group;
+
+static int group_order(const void *a, const void *b)
+{
+    const leak_group *x = a, *y = b;
+    if (x->kind != y->kind)
+        return x->kind < y->kind ? -1 : 1;   /* direct, then indirect, then reachable */
+    return x->bytes > y->bytes ? -1 : x->bytes < y->bytes;
+}
+
+static int entry_key_order(const void *a, const void *b, void *arg)
+{
+    const unsigned char *mark = ((const scan *)arg)->mark;
+    const hp_entry *base = ((const scan *)arg)->e;
+    const size_t *x = a, *y = b;
+    const hp_entry *ex = &base[*x], *ey = &base[*y];
+    if (mark[*x] != mark[*y])
+        return mark[*x] < mark[*y] ? -1 : 1;
+    if (ex->stack != ey->stack)
+        return ex->stack < ey->stack ? -1 : 1;
+    if (ex->stack)
+        return 0;
+    return ex->caller < ey->caller ? -1 : ex->caller > ey->caller;
+}
+
+static void print_group(ho_out *o, const leak_group *g, const char *what)
+{
+    ho_printf(o, "%s of %zu byte(s) in %zu object(s) allocated from:\n", what, g->bytes, g->objects);
+    const uintptr_t *w;
+    unsigned n = g->stack ? crawl_depot_get(g->stack, &w) : 0;
+    if (n) {
+        char *buf = malloc(65536);
+        int cut;
+        if (buf) {
+            size_t len = san_format_trace(w, n, buf, 65536, &cut);
+            ho_write(o, buf, len);
+            free(buf);
+        }
+    } else {
+        char text[700];
+        sw_describe_pc(g->caller, 0, text, sizeof text);
+        ho_printf(o, "    #0 0x%lx in %s (the caller; no stack recorded)\n",
+                  (unsigned long)g->caller, text);
+    }
+    ho_write(o, "\n", 1);
+}
+
+long crawl_leak_check(int fd)
+{
+    int was = hp_inside_enter();
+    hp_snap snap;
+    long rc = hp_snapshot(&snap);
+    if (rc) {
+        hp_inside_leave(was);
+        return rc;
+    }
+    scan s = {.e = snap.e, .n = snap.n};
+    if (snap.n)
+        qsort(snap.e, snap.n, sizeof *snap.e, by_ptr);
+    s.mark = calloc(snap.n + 1, 1);
+    s.work = malloc((snap.n + 1) * sizeof *s.work);
+    size_t *order = malloc((snap.n + 1) * sizeof *order);
+    leak_group *groups = malloc((snap.n + 1) * sizeof *groups);
+    if (!s.mark || !s.work || !order || !groups) {
+        rc = -ENOMEM;
+        goto out;
+    }
+    if (snap.n) {
+        s.lo = snap.e[0].ptr;
+        for (size_t i = 0; i < snap.n; i++)
+            if (snap.e[i].ptr + snap.e[i].size + 1 > s.hi)
+                s.hi = snap.e[i].ptr + snap.e[i].size + 1;
+    }
+    s.nskip = hp_table_ranges(s.skip, HP_SHARDS);
+    s.skip[s.nskip][0] = (uintptr_t)snap.e;
+    s.skip[s.nskip][1] = (uintptr_t)(snap.e + snap.cap);
+    s.nskip++;
+    scan_roots(&s);
+    propagate(&s);
+    for (size_t i = 0; i < snap.n; i++)   /* what leaked chunks point to leaked indirectly */
+        if (s.mark[i] == UNREACHED)
+            scan_range(&s, snap.e[i].ptr, snap.e[i].ptr + snap.e[i].size, INDIRECT);
+
+    /* group by kind and stack */
+    for (size_t i = 0; i < snap.n; i++)
+        order[i] = i;
+    static const int kind_of_mark[] = {[UNREACHED] = 0, [INDIRECT] = 1, [REACHABLE] = 2};
+    if (snap.n)
+        qsort_r(order, snap.n, sizeof *order, entry_key_order, &s);
+    size_t ng = 0, leaked_bytes = 0, leaked_objects = 0, reach_bytes = 0, reach_objects = 0;
+    for (size_t i = 0; i < snap.n; i++) {
+        const hp_entry *e = &snap.e[order[i]];
+        int kind = kind_of_mark[s.mark[order[i]]];
+        if (kind == 2)
+            reach_bytes += e->size, reach_objects++;
+        else
+            leaked_bytes += e->size, leaked_objects++;
+        if (ng && groups[ng - 1].kind == kind && groups[ng - 1].stack == e->stack &&
+            (e->stack || groups[ng - 1].caller == e->caller)) {
+            groups[ng - 1].bytes += e->size;
+            groups[ng - 1].objects++;
+            continue;
+        }
+        groups[ng++] = (leak_group){e->stack, e->caller, kind, e->size, 1};
+    }
+    if (ng)
+        qsort(groups, ng, sizeof *groups, group_order);
+
+    const san_options *opt = san_opts();
+    int opened = 0;
+    if (fd < 0)
+        fd = san_log_open(&opened);
+    ho_out *o = malloc(sizeof *o);
+    if (!o) {
+        rc = -ENOMEM;
+        goto out;
+    }
+    ho_init(o, fd);
+    if (leaked_objects) {
+        ho_printf(o, "\n=================================================================\n"
+                     "==%d==ERROR: LeakSanitizer: detected memory leaks\n\n",
+                  (int)getpid());
+        for (size_t i = 0; i < ng; i++)
+            if (groups[i].kind < 2)
+                print_group(o, &groups[i], groups[i].kind == 0 ? "Direct leak" : "Indirect leak");
+    }
+    if (opt->leak_check_reachable && reach_objects) {
+        ho_printf(o, "Still reachable (not leaks): %zu byte(s) in %zu object(s):\n\n", reach_bytes,
+                  reach_objects);
+        for (size_t i = 0; i < ng; i++)
+            if (groups[i].kind == 2)
+                print_group(o, &groups[i], "Reachable");
+    }
+    if (leaked_objects) {
+        ho_printf(o, "SUMMARY: LeakSanitizer: %zu byte(s) leaked in %zu allocation(s).\n",
+                  leaked_bytes, leaked_objects);
+        if (snap.dropped)
+            ho_printf(o, "(crawl: %lu allocation(s) made while crawl was busy were not recorded)\n",
+                      snap.dropped);
+    }
+    ho_flush(o);
+    free(o);
+    if (opened)
+        close(fd);
+    rc = (long)leaked_objects;
+out:
+    free(s.mark), free(s.work), free(order), free(groups);
+    hp_snapshot_free(&snap);
+    hp_inside_leave(was);
+    return rc;
+}

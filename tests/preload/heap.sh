@@ -1,0 +1,130 @@
+#!/bin/sh
+# The heap profile's public contract under LD_PRELOAD=libcrawl-preload.so:
+# heap_profile=1 with heap_profile_path=FILE writes the live heap at exit in
+# the format of FILE's extension (each read back here), and leak_check=1
+# prints LeakSanitizer's report of planted leaks (and nothing for programs
+# that do not leak: lua5.4, python3).
+# usage: heap.sh PRELOAD_LIB LEAKY_PROGRAM CRAWLVM EXAMPLES_DIR
+set -u
+lib=$1 leaky=$2 crawlvm=$3 examples=$4
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+fail=0 checks=0
+bad() { echo "heap: $*"; fail=1; }
+ok() { checks=$((checks + 1)); }
+
+# ---- the leak check ------------------------------------------------------------------
+CRAWL_OPTIONS=leak_check=1 LD_PRELOAD=$lib "$leaky" >"$work/out" 2>"$work/err"
+rc=$?
+[ $rc -eq 23 ] && ok || bad "leaky exits $rc, not 23 (LeakSanitizer's exit status)"
+grep -q '^hello$' "$work/out" && ok || bad "leaky's own output is lost"
+for want in '==ERROR: LeakSanitizer: detected memory leaks' \
+    'Direct leak of 100 byte(s) in 1 object(s) allocated from:' \
+    'Direct leak of 32 byte(s) in 1 object(s) allocated from:' \
+    'Indirect leak of 96 byte(s) in 3 object(s) allocated from:' \
+    'SUMMARY: LeakSanitizer: 228 byte(s) leaked in 5 allocation(s).'; do
+    grep -qF "$want" "$work/err" && ok || bad "missing: $want"
+done
+# each leak's stack: malloc, then the function that leaked it
+grep -A2 'Direct leak of 100 ' "$work/err" | grep -q ' in leak_direct .*leaky.c' && ok ||
+    bad "the 100-byte leak's stack does not show leak_direct"
+grep -A3 'Direct leak of 32 ' "$work/err" | grep -q ' in lost_list .*leaky.c' && ok ||
+    bad "the list's stack does not show lost_list"
+grep -q 'kept_list' "$work/err" && bad "the list a global keeps is reported" || ok
+[ $fail -eq 0 ] || cat "$work/err"
+
+CRAWL_OPTIONS=leak_check=1:leak_check_exitcode=0 LD_PRELOAD=$lib "$leaky" >/dev/null 2>&1
+rc=$?
+[ $rc -eq 0 ] && ok || bad "leak_check_exitcode=0 still exits $rc"
+CRAWL_OPTIONS=leak_check=1:log_path=$work/leaks LD_PRELOAD=$lib "$leaky" >/dev/null 2>"$work/err"
+grep -qF 'SUMMARY: LeakSanitizer: 228 byte(s)' "$work"/leaks.* 2>/dev/null && ok ||
+    bad "log_path did not get the report"
+[ -s "$work/err" ] && bad "with log_path the report still went to stderr" || ok
+
+# programs that do not leak report nothing (valgrind's memcheck: 0 bytes
+# definitely or indirectly lost for the same commands)
+quiet() {   # name, command...
+    name=$1; shift
+    CRAWL_OPTIONS=leak_check=1 LD_PRELOAD=$lib "$@" >"$work/out" 2>"$work/err"
+    rc=$?
+    if [ $rc -ne 0 ] || grep -q 'leak of' "$work/err"; then
+        bad "$name under leak_check=1: rc $rc"; head -40 "$work/err"
+    else
+        ok
+    fi
+}
+quiet python3 /usr/bin/python3 -c 'import json, email.parser, http.client, decimal, collections
+print(sum(json.loads(json.dumps(list(range(1000))))))'
+if command -v lua5.4 >/dev/null; then
+    printf 'local t = {}\nfor i = 1, 20000 do t[i] = string.rep("x", i %% 50) end\nprint(#t)\n' >"$work/t.lua"
+    quiet lua5.4 lua5.4 "$work/t.lua"
+else
+    echo "heap: note: lua5.4 absent, not tried (apt-get install lua5.4)"
+fi
+# sort leaks 16 bytes (valgrind's memcheck: "definitely lost: 16 bytes in 1
+# blocks"), and closes stderr in an atexit handler: the report still comes
+CRAWL_OPTIONS=leak_check=1 LD_PRELOAD=$lib sort /etc/passwd >/dev/null 2>"$work/err"
+rc=$?
+[ $rc -eq 23 ] && grep -qF 'SUMMARY: LeakSanitizer: 16 byte(s) leaked in 1 allocation(s).' "$work/err" &&
+    ok || { bad "sort's leak: rc $rc"; cat "$work/err"; }
+if command -v valgrind >/dev/null; then
+    valgrind --leak-check=full sort /etc/passwd 2>&1 >/dev/null | grep -q 'definitely lost: 16 bytes in 1 blocks' &&
+        ok || bad "valgrind no longer agrees on sort's leak"
+fi
+
+# ---- the profile files ---------------------------------------------------------------
+for ext in txt json folded svg pb.gz; do
+    CRAWL_OPTIONS=heap_profile=1:heap_profile_path=$work/p.$ext LD_PRELOAD=$lib "$leaky" >/dev/null
+    [ -s "$work/p.$ext" ] && ok || bad "no $ext profile written"
+done
+grep -q '^By caller module:' "$work/p.txt" && grep -q '^By stack:' "$work/p.txt" && ok ||
+    bad "the text profile lacks its two views"
+python3 - "$work" <<'PY' && ok || bad "a profile does not read back (above)"
+import json, sys, xml.etree.ElementTree as ET
+w = sys.argv[1]
+live = 100 + 4 * 32 + 3 * 32          # leak_direct, lost_list, kept_list (stdio's buffer aside)
+d = json.load(open(w + "/p.json"))
+stacks = sum(s["bytes"] for s in d["stacks"])
+assert stacks == d["live_bytes"], (stacks, d["live_bytes"])
+assert sum(m["bytes"] for m in d["modules"]) == d["live_bytes"]
+names = [[f["function"] for f in s["frames"]] for s in d["stacks"]]
+assert any(n[:2] == ["malloc", "leak_direct"] for n in names), names
+assert d["live_bytes"] >= live
+folded = 0
+for line in open(w + "/p.folded"):
+    stack, n = line.rsplit(" ", 1)
+    assert ";" in stack and int(n) > 0, line
+    folded += int(n)
+assert folded == d["live_bytes"], (folded, d["live_bytes"])
+assert any(l.endswith(";leak_direct;malloc 100\n") for l in open(w + "/p.folded"))
+svg = ET.parse(w + "/p.svg").getroot()
+boxes = [g for g in svg.iter("{http://www.w3.org/2000/svg}g") if g.get("data-depth")]
+root = [g for g in boxes if g.get("data-depth") == "0"]
+assert len(root) == 1 and int(root[0].get("data-bytes")) == d["live_bytes"]
+top = sum(int(g.get("data-bytes")) for g in boxes if g.get("data-depth") == "1")
+assert top == d["live_bytes"], (top, d["live_bytes"])
+assert int(svg.get("data-total-bytes")) == d["live_bytes"]
+PY
+gzip -t "$work/p.pb.gz" && ok || bad "the pprof file is not gzip"
+if command -v go >/dev/null; then
+    HOME=$work GOCACHE=$work/go GOFLAGS= go tool pprof -top -sample_index=inuse_space "$work/p.pb.gz" \
+        >"$work/top" 2>&1
+    grep -q 'leak_direct' "$work/top" && ok || { bad "go tool pprof does not read the profile"; cat "$work/top"; }
+else
+    echo "heap: note: go absent, pprof not read back by go tool pprof (apt-get install golang-go)"
+fi
+
+# ---- crawlvm --heap-profile: script frames in the stacks --------------------------------
+"$crawlvm" --heap-profile "$work/vm.folded" "$examples/heap.crawl" >/dev/null 2>"$work/err"
+rc=$?
+[ $rc -eq 0 ] && ok || { bad "crawlvm --heap-profile exits $rc"; cat "$work/err"; }
+grep -q 'warm-cache [^;]*heap.crawl:[0-9]*;load-page [^;]*heap.crawl:[0-9]*;b_make_buffer;malloc 1572864$' \
+    "$work/vm.folded" && ok || { bad "crawlvm's profile lacks the script frames"; cat "$work/vm.folded"; }
+grep -q 'intern-name [^;]*;vm_call_ffi;.*strdup;malloc' "$work/vm.folded" && ok ||
+    bad "crawlvm's profile lacks strdup called from the script through the FFI"
+
+if [ $fail -ne 0 ]; then
+    echo "heap: 0 passed, 1 failed"
+    exit 1
+fi
+echo "heap: $checks checks: 1 passed, 0 failed"

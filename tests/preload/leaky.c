@@ -1,0 +1,57 @@
+/* Planted leaks for the preload's leak check (tests/preload/heap.sh):
+ * a list kept by a global (reachable, not a leak), a list whose head is
+ * dropped (1 direct + 3 indirect leaks), a buffer dropped in leak_direct
+ * (a direct leak), and a string freed (gone). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct node {
+    struct node *next;
+    char pad[24];
+};
+void *keep;
+
+__attribute__((noinline)) static void *make_list(int n)
+{
+    struct node *head = NULL;
+    for (int i = 0; i < n; i++) {
+        struct node *x = malloc(sizeof *x);
+        x->next = head;
+        head = x;
+    }
+    return head;
+}
+
+__attribute__((noinline)) static void *kept_list(void) { return make_list(3); }
+__attribute__((noinline)) static void lost_list(void)
+{
+    volatile void *lost = make_list(4);
+    lost = NULL;
+    (void)lost;
+}
+
+__attribute__((noinline)) static void leak_direct(void)
+{
+    char *volatile p = malloc(100);
+    memset(p, 1, 100);
+    p = NULL;
+}
+
+__attribute__((noinline)) static void scrub(void)
+{
+    volatile char junk[16384];
+    memset((char *)junk, 0, sizeof junk);
+}
+
+int main(void)
+{
+    keep = kept_list();
+    lost_list();
+    leak_direct();
+    char *s = strdup("hello");
+    puts(s);
+    free(s);
+    scrub();
+    return 0;
+}

@@ -1,0 +1,291 @@
+/* Heap profiles through the API (crawl/heap_profile.h): an allocator's
+ * hooks called by hand, script Frames in the stacks, each output read back,
+ * byte sampling's estimate, and the leak check on planted chunks. The
+ * preload's contract (CRAWL_OPTIONS, at-exit files, real programs) is
+ * tests/preload/heap.sh. */
+#include "../support.h"
+
+#include <crawl/heap_profile.h>
+#include <crawl/sanitizer.h>
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+/* ---- a script-like program: function Frames name script functions ---------------- */
+
+typedef struct script_frame {
+    crawl_frame frame;
+    const char *function;
+} script_frame;
+
+static const void *sf_method(const crawl_frame *f) { return ((const script_frame *)f)->function; }
+static int sf_describe_method(const void *m, uintptr_t pc, char *buf, size_t len)
+{
+    (void)pc;
+    return snprintf(buf, len, "%s at game.script:7", (const char *)m);
+}
+static const crawl_frame_type script_type = {
+    .name = "script", .flags = CRAWL_FRAME_FUNCTION, .method = sf_method,
+    .describe_method = sf_describe_method,
+};
+
+/* A tiny allocator with the hooks, as an embedder would write it. */
+NOINLINE static void *my_malloc(size_t n)
+{
+    void *p = malloc(n);
+    if (crawl_heap_profile_active())
+        crawl_heap_profile_alloc(p, n, (uintptr_t)__builtin_return_address(0));
+    return p;
+}
+
+NOINLINE static void my_free(void *p)
+{
+    if (crawl__heap_profile_on)
+        crawl_heap_profile_free(p);
+    free(p);
+}
+
+NOINLINE static void *load_level(size_t n)
+{
+    script_frame sf = {.function = "load_level"};
+    crawl_frame_push(&sf.frame, &script_type);
+    void *p = my_malloc(n);
+    crawl_frame_pop(&sf.frame);
+    return p;
+}
+
+/* haystack must hold needle; else print haystack and fail */
+#define HAS(haystack, needle)                                                                  \
+    do {                                                                                       \
+        if (!strstr((haystack), (needle))) {                                                   \
+            print_message("%s\n", (haystack));                                               \
+            fail_msg("missing: %s", (needle));                                                 \
+        }                                                                                      \
+    } while (0)
+
+/* The whole output of one format, NUL-terminated (caller frees). */
+static char *output(crawl_heap_format format)
+{
+    FILE *f = tmpfile();
+    assert_non_null(f);
+    assert_int_equal(crawl_heap_profile_write_fd(fileno(f), format), 0);
+    long n = ftell(f) >= 0 ? lseek(fileno(f), 0, SEEK_END) : -1;
+    assert_true(n > 0);
+    char *buf = malloc((size_t)n + 1);
+    assert_int_equal(pread(fileno(f), buf, (size_t)n, 0), n);
+    buf[n] = '\0';
+    fclose(f);
+    return buf;
+}
+
+static void *held[8];
+
+static void test_outputs_show_script_frames(void **state)
+{
+    (void)state;
+    crawl_heap_totals before, after;
+    assert_int_equal(crawl_heap_profile_start(), 0);
+    crawl_heap_profile_totals(&before);
+    volatile int three = 3;              /* one call site: the loop is not unrolled */
+    for (int i = 0; i < three; i++)
+        held[i] = load_level(3000);
+    crawl_heap_profile_totals(&after);
+    assert_int_equal(after.live_objects - before.live_objects, 3);
+    assert_int_equal(after.live_bytes - before.live_bytes, 9000);
+
+    char *text = output(CRAWL_HEAP_TEXT);
+    HAS(text, "9000 byte(s) in 3 object(s) allocated from:");
+    HAS(text, "in my_malloc ");
+    HAS(text, "in load_level at game.script:7");
+    HAS(text, "By caller module:");
+    /* the script frame sits between its native callee and caller */
+    const char *a = strstr(text, "in my_malloc "), *b = strstr(text, "in load_level at game.script:7"),
+               *c = strstr(text, " in load_level /");   /* the native one, with its file */
+    assert_true(a && b && c && a < b && b < c);
+    free(text);
+
+    char *folded = output(CRAWL_HEAP_FOLDED);
+    HAS(folded, "load_level;load_level at game.script:7;my_malloc 9000\n");
+    free(folded);
+
+    char *json = output(CRAWL_HEAP_JSON);
+    HAS(json, "{\"kind\":\"script\",\"function\":\"load_level\",\"file\":\"game.script\","
+                      "\"line\":7}");
+    free(json);
+
+    char *svg = output(CRAWL_HEAP_SVG);
+    assert_true(strncmp(svg, "<?xml", 5) == 0);
+    HAS(svg, "<g class=\"script\"");
+    HAS(svg, "load_level at game.script:7 (9000 bytes");
+    free(svg);
+
+    char *pb = output(CRAWL_HEAP_PPROF);
+    assert_true((unsigned char)pb[0] == 0x1f && (unsigned char)pb[1] == 0x8b);   /* gzip */
+    free(pb);
+
+    for (int i = 0; i < 3; i++)
+        my_free(held[i]);
+    crawl_heap_profile_totals(&after);
+    assert_int_equal(after.live_objects, before.live_objects);
+    assert_int_equal(after.live_bytes, before.live_bytes);
+}
+
+static void test_unknown_free_and_reuse(void **state)
+{
+    (void)state;
+    crawl_heap_totals before, after;
+    crawl_heap_profile_totals(&before);
+    static char arena[64];
+    crawl_heap_profile_free(arena);                  /* never recorded: ignored */
+    crawl_heap_profile_alloc(arena, 10, 0);
+    crawl_heap_profile_alloc(arena, 20, 0);          /* a free we did not see: replaced */
+    crawl_heap_profile_totals(&after);
+    assert_int_equal(after.live_objects - before.live_objects, 1);
+    assert_int_equal(after.live_bytes - before.live_bytes, 20);
+    crawl_heap_profile_free(arena);
+    crawl_heap_profile_totals(&after);
+    assert_int_equal(after.live_bytes, before.live_bytes);
+    crawl_heap_profile_alloc(NULL, 5, 0);            /* NULL: nothing */
+    crawl_heap_profile_totals(&after);
+    assert_int_equal(after.live_objects, before.live_objects);
+}
+
+static void test_stop_keeps_taking_frees(void **state)
+{
+    (void)state;
+    crawl_heap_totals before, after;
+    crawl_heap_profile_totals(&before);
+    void *p = my_malloc(77);
+    crawl_heap_profile_stop();
+    void *q = my_malloc(55);                          /* not recorded */
+    crawl_heap_profile_totals(&after);
+    assert_int_equal(after.live_bytes - before.live_bytes, 77);
+    my_free(p);                                       /* still taken out */
+    my_free(q);
+    crawl_heap_profile_totals(&after);
+    assert_int_equal(after.live_bytes, before.live_bytes);
+    assert_int_equal(crawl_heap_profile_start(), 0);
+}
+
+/* heap_sample_bytes: a stack for one allocation in N bytes, and the stack
+ * views scaled back: the estimate of 4 MB in 100-byte chunks lands near. */
+static void test_sampled_estimate(void **state)
+{
+    (void)state;
+    enum { COUNT = 40000, SIZE = 100 };
+    assert_int_equal(crawl_sanitizer_set_options("heap_sample_bytes=16384"), 0);
+    assert_int_equal(crawl_heap_profile_start(), 0);
+    static void *many[COUNT];
+    for (int i = 0; i < COUNT; i++)
+        many[i] = load_level(SIZE);
+    char *folded = output(CRAWL_HEAP_FOLDED);
+    double sampled = 0;
+    char *save = NULL;
+    for (char *line = strtok_r(folded, "\n", &save); line; line = strtok_r(NULL, "\n", &save))
+        if (strstr(line, "load_level at game.script:7"))
+            sampled += strtod(strrchr(line, ' ') + 1, NULL);
+    free(folded);
+    double truth = (double)COUNT * SIZE;   /* 244 samples expected: 6% standard error */
+    print_message("sampled estimate %.0f of %.0f bytes\n", sampled, truth);
+    assert_true(sampled > truth * 0.6 && sampled < truth * 1.4);
+    for (int i = 0; i < COUNT; i++)
+        my_free(many[i]);
+    assert_int_equal(crawl_sanitizer_set_options("heap_sample_bytes=0"), 0);
+    assert_int_equal(crawl_heap_profile_start(), 0);
+}
+
+/* ---- the leak check ------------------------------------------------------------------ */
+
+struct node {
+    struct node *next;
+    char pad[40];
+};
+static struct node *reachable;             /* a global keeps this list */
+static uintptr_t hidden;                   /* ~pointer: no root reaches it */
+
+NOINLINE static void plant(void)
+{
+    for (int i = 0; i < 2; i++) {
+        struct node *n = my_malloc(sizeof *n);
+        n->next = reachable;
+        reachable = n;
+    }
+    struct node *a = my_malloc(sizeof *a), *b = my_malloc(sizeof *b);
+    a->next = b;                           /* a leaked directly, b through a */
+    b->next = NULL;
+    hidden = ~(uintptr_t)a;
+}
+
+/* Overwrite the stack below the caller: no stale copy of a planted pointer
+ * stays where the check's own frames will be. */
+NOINLINE static void scrub(void)
+{
+    volatile char junk[32768];
+    memset((char *)junk, 0, sizeof junk);
+}
+
+static void test_leak_check(void **state)
+{
+    (void)state;
+    plant();
+    scrub();
+    FILE *f = tmpfile();
+    long leaked = crawl_leak_check(fileno(f));
+    long n = lseek(fileno(f), 0, SEEK_END);
+    char *buf = calloc(1, (size_t)n + 1);
+    assert_int_equal(pread(fileno(f), buf, (size_t)n, 0), n);
+    fclose(f);
+    fputs(buf, stdout);
+    assert_int_equal(leaked, 2);
+    HAS(buf, "==ERROR: LeakSanitizer: detected memory leaks");
+    HAS(buf, "Direct leak of 48 byte(s) in 1 object(s) allocated from:");
+    HAS(buf, "Indirect leak of 48 byte(s) in 1 object(s) allocated from:");
+    HAS(buf, "in plant ");
+    HAS(buf, "SUMMARY: LeakSanitizer: 96 byte(s) leaked in 2 allocation(s).");
+    free(buf);
+    /* found again: the leak is gone once the pointer is visible */
+    struct node *a = (struct node *)~hidden;
+    f = tmpfile();
+    hidden = (uintptr_t)a;
+    assert_int_equal(crawl_leak_check(fileno(f)), 0);
+    assert_int_equal(lseek(fileno(f), 0, SEEK_END), 0);   /* nothing printed */
+    fclose(f);
+    my_free(a->next);
+    my_free(a);
+    while (reachable) {
+        struct node *next = reachable->next;
+        my_free(reachable);
+        reachable = next;
+    }
+}
+
+static void test_bad_arguments(void **state)
+{
+    (void)state;
+    assert_int_equal(crawl_heap_profile_write_fd(-1, CRAWL_HEAP_TEXT), -EINVAL);
+    assert_int_equal(crawl_heap_profile_write_fd(1, (crawl_heap_format)42), -EINVAL);
+    assert_int_equal(crawl_heap_profile_write(""), -EINVAL);
+    assert_int_equal(crawl_heap_profile_write("/nonexistent-dir/x.svg"), -ENOENT);
+    assert_int_equal(crawl_heap_format_for("a.pb.gz"), CRAWL_HEAP_PPROF);
+    assert_int_equal(crawl_heap_format_for("a.json"), CRAWL_HEAP_JSON);
+    assert_int_equal(crawl_heap_format_for("a.folded"), CRAWL_HEAP_FOLDED);
+    assert_int_equal(crawl_heap_format_for("a.svg"), CRAWL_HEAP_SVG);
+    assert_int_equal(crawl_heap_format_for("a.txt"), CRAWL_HEAP_TEXT);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_outputs_show_script_frames),
+        cmocka_unit_test(test_unknown_free_and_reuse),
+        cmocka_unit_test(test_stop_keeps_taking_frees),
+        cmocka_unit_test(test_sampled_estimate),
+        cmocka_unit_test(test_leak_check),
+        cmocka_unit_test(test_bad_arguments),
+    };
+    return cmocka_run_group_tests_name("heap_profile", tests, NULL, NULL);
+}
