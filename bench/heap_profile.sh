@@ -4,7 +4,8 @@
 # heaptrack (every allocation with its stack, when installed); crawl's
 # preload recording every allocation with its stack (CFI, the default);
 # the same with frame-pointer stacks; crawl sampling stacks every 512 KiB
-# (tcmalloc's default). Medians of the workload's own wall time, and the
+# (tcmalloc's default); the preload alone, recording nothing (the price of
+# interposing malloc at all). Medians of the workload's own wall time, and the
 # overhead of each over glibc.
 # usage: bench/heap_profile.sh [BUILD_DIR] [ITERATIONS]
 set -eu
@@ -30,13 +31,15 @@ for round in 1 2 3 4 5; do
     CRAWL_OPTIONS=heap_profile=1 LD_PRELOAD=$pre run crawl $pin "$work" "$iters"
     CRAWL_OPTIONS=heap_profile=1:heap_stack_fast=1 LD_PRELOAD=$pre run crawl_fast $pin "$work" "$iters"
     CRAWL_OPTIONS=heap_profile=1:heap_sample_bytes=524288 LD_PRELOAD=$pre run sampled $pin "$work" "$iters"
+    CRAWL_OPTIONS=gpa_sample_rate=0 LD_PRELOAD=$pre run preload $pin "$work" "$iters"
     rm -f "$tmp"/ht*
 done
 med() { sort -n "$tmp/$1" | sed -n 3p; }
 g=$(med glibc)
 h=$([ $have_heaptrack -eq 1 ] && med heaptrack || echo 0)
 echo "bench/heap_profile: $iters malloc/free pairs, seconds (median of 5, one core)"
-awk -v g="$g" -v h="$h" -v c="$(med crawl)" -v f="$(med crawl_fast)" -v s="$(med sampled)" 'BEGIN {
+awk -v g="$g" -v h="$h" -v c="$(med crawl)" -v f="$(med crawl_fast)" -v s="$(med sampled)" \
+    -v p="$(med preload)" 'BEGIN {
     printf "  glibc alone                        %7.3f\n", g
     if (h > 0)
         printf "  heaptrack (every stack)            %7.3f   %5.2fx  overhead %+6.0f%%\n", h, h / g, 100 * (h - g) / g
@@ -45,4 +48,5 @@ awk -v g="$g" -v h="$h" -v c="$(med crawl)" -v f="$(med crawl_fast)" -v s="$(med
     printf "  crawl, every stack (CFI)           %7.3f   %5.2fx  overhead %+6.0f%%", c, c / g, 100 * (c - g) / g
     if (h > 0) printf "   (%.2f of heaptrack'"'"'s overhead)", (c - g) / (h - g)
     printf "\n  crawl, every stack (frame pointers) %6.3f   %5.2fx  overhead %+6.0f%%\n", f, f / g, 100 * (f - g) / g
-    printf "  crawl, sampled every 512 KiB       %7.3f   %5.2fx  overhead %+6.0f%%\n", s, s / g, 100 * (s - g) / g }'
+    printf "  crawl, sampled every 512 KiB       %7.3f   %5.2fx  overhead %+6.0f%%\n", s, s / g, 100 * (s - g) / g
+    printf "  the preload recording nothing      %7.3f   %5.2fx  overhead %+6.0f%%\n", p, p / g, 100 * (p - g) / g }'

@@ -97,16 +97,11 @@ static void *sampled(size_t size, size_t alignment)
  * get the same address and record it first. */
 static inline void *recorded(void *p, size_t n, const void *caller)
 {
-    if (__builtin_expect(crawl_heap_profile_active(), 0) && p)
-        crawl_heap_profile_alloc(p, n, (uintptr_t)caller);
+    crawl_heap_profile_on_alloc(p, n, (uintptr_t)caller);
     return p;
 }
 
-static inline void forget(void *p)
-{
-    if (__builtin_expect(crawl__heap_profile_on != 0, 0))
-        crawl_heap_profile_free(p);
-}
+static inline void forget(void *p) { crawl_heap_profile_on_free(p); }
 
 /* Inlined into each entry point: stacks start at malloc, new, strdup... */
 static inline __attribute__((always_inline)) void *alloc(size_t n, const void *caller)

@@ -312,7 +312,7 @@ int ho_build(ho_profile *p, const hp_snap *s)
         for (; j < s->n && by_stack(&s->e[i], &s->e[j]) == 0; j++) {
             const hp_entry *e = &s->e[j];
             if (s->sample_bytes && !(e->flags & HP_SAMPLED))
-                continue;                /* not a sample: counted by module only */
+                continue;                /* recorded before sampling began: not in this view */
             double w = weight(s, e);
             g.objects += w;
             g.bytes += w * (double)e->size;
@@ -346,13 +346,20 @@ int ho_build(ho_profile *p, const hp_snap *s)
     }
     if (p->ngroups)
         qsort(p->groups, p->ngroups, sizeof *p->groups, by_bytes);
+    if (s->sample_bytes) {               /* the samples stand for the whole heap */
+        p->samples = p->live_objects;
+        p->live_bytes = (size_t)(p->total_bytes + 0.5);
+        p->live_objects = (size_t)(p->total_objects + 0.5);
+    }
 
-    /* by caller module: every entry, exactly */
+    /* by caller module: every entry (weighted when sampled) */
     p->modules = calloc(64, sizeof *p->modules);
     size_t mcap = 64;
     if (!p->modules)
         return -ENOMEM;
     for (size_t i = 0; i < s->n; i++) {
+        if (s->sample_bytes && !(s->e[i].flags & HP_SAMPLED))
+            continue;
         Dl_info info;
         const char *m = s->e[i].caller && dladdr((void *)s->e[i].caller, &info) &&
                                 info.dli_fname && info.dli_fname[0]
@@ -371,8 +378,9 @@ int ho_build(ho_profile *p, const hp_snap *s)
             }
             p->modules[p->nmodules++] = (ho_module){.name = id};
         }
-        p->modules[k].bytes += s->e[i].size;
-        p->modules[k].objects++;
+        double w = weight(s, &s->e[i]);
+        p->modules[k].bytes += w * (double)s->e[i].size;
+        p->modules[k].objects += w;
     }
     if (p->nmodules)
         qsort(p->modules, p->nmodules, sizeof *p->modules, mod_by_bytes);
@@ -402,12 +410,13 @@ static void write_text(ho_out *o, const ho_profile *p)
     ho_printf(o, "crawl heap profile (pid %d): %zu bytes live in %zu objects", (int)getpid(),
               p->live_bytes, p->live_objects);
     if (s->sample_bytes)
-        ho_printf(o, "; stacks sampled every %lu bytes, scaled", s->sample_bytes);
+        ho_printf(o, " (estimated from %zu samples, one every %lu bytes)", p->samples,
+                  s->sample_bytes);
     if (s->dropped)
         ho_printf(o, "; %lu allocations not recorded", s->dropped);
     ho_printf(o, "\n\nBy caller module:\n%14s %10s  %s\n", "bytes", "objects", "module");
     for (size_t i = 0; i < p->nmodules; i++)
-        ho_printf(o, "%14zu %10zu  %s\n", p->modules[i].bytes, p->modules[i].objects,
+        ho_printf(o, "%14.0f %10.0f  %s\n", p->modules[i].bytes, p->modules[i].objects,
                   ho_str(p, p->modules[i].name));
     ho_printf(o, "\nBy stack:\n");
     for (size_t i = 0; i < p->ngroups; i++) {
@@ -438,7 +447,7 @@ static void write_json(ho_out *o, const ho_profile *p)
     for (size_t i = 0; i < p->nmodules; i++) {
         ho_printf(o, "%s{\"module\":", i ? "," : "");
         json_str(o, ho_str(p, p->modules[i].name));
-        ho_printf(o, ",\"bytes\":%zu,\"objects\":%zu}", p->modules[i].bytes,
+        ho_printf(o, ",\"bytes\":%.0f,\"objects\":%.0f}", p->modules[i].bytes,
                   p->modules[i].objects);
     }
     ho_write(o, "],\"stacks\":[", 12);

@@ -33,12 +33,13 @@ typedef struct ho_group {               /* one stack (or one caller pc without a
 
 typedef struct ho_module {
     unsigned name;
-    size_t bytes, objects;
+    double bytes, objects;              /* scaled when sampled */
 } ho_module;
 
 typedef struct ho_profile {
     const hp_snap *snap;
-    size_t live_bytes, live_objects;    /* every entry, exact */
+    size_t live_bytes, live_objects;    /* every entry, exact (sampled: the estimate) */
+    size_t samples;                     /* sampled: the entries */
     double total_bytes, total_objects;  /* the stack view's (scaled) totals */
     ho_group *groups;
     size_t ngroups;

@@ -23,6 +23,9 @@
 #include "sanitizer/heap_profile_internal.h"
 
 CRAWL_API int crawl__heap_profile_on;
+CRAWL_API int crawl__hp_sampled;
+CRAWL_API __thread long crawl__hp_countdown __attribute__((tls_model("initial-exec")));
+CRAWL_API unsigned char crawl__hp_filter[1 << 14];
 
 typedef struct shard {
     pthread_mutex_t lock;
@@ -36,12 +39,23 @@ static shard shards[HP_SHARDS];
 static atomic_ulong dropped;
 static atomic_ulong sample_bytes;       /* heap_sample_bytes when started */
 static __thread int inside __attribute__((tls_model("initial-exec")));
-static __thread long countdown __attribute__((tls_model("initial-exec")));
+static __thread int counting __attribute__((tls_model("initial-exec")));   /* countdown set */
 static __thread uint64_t rng __attribute__((tls_model("initial-exec")));
 
 static inline uint64_t hash_ptr(uintptr_t p)
 {
     return (uint64_t)(p >> 4) * 0x9e3779b97f4a7c15ULL;
+}
+
+/* The free fast path's filter: a saturating count of recorded pointers per
+ * hash (one stuck at 255 stays there: frees then always look). */
+static void filter_add(uintptr_t ptr, int delta)
+{
+    unsigned char *c = &crawl__hp_filter[crawl__hp_filter_slot((const void *)ptr)];
+    unsigned char v = __atomic_load_n(c, __ATOMIC_RELAXED);
+    while (v != 255 && !__atomic_compare_exchange_n(c, &v, (unsigned char)(v + delta), 1,
+                                                    __ATOMIC_RELAXED, __ATOMIC_RELAXED))
+        ;
 }
 
 static void shards_init(void)
@@ -102,6 +116,7 @@ static int insert(const hp_entry *e)
         j = tomb;
     else
         s->used++;
+    filter_add(e->ptr, 1);
     s->t[j] = *e;
     s->live++;
     s->live_bytes += e->size;
@@ -120,6 +135,7 @@ static void erase(uintptr_t ptr)
             if (p == 0)
                 break;
             if (p == ptr) {
+                filter_add(ptr, -1);
                 s->live--;
                 s->live_bytes -= s->t[j].size;
                 s->t[j].ptr = HP_TOMB;
@@ -152,44 +168,61 @@ static long next_interval(unsigned long n)
     return x < 1 ? 1 : x > 1e15 ? (long)1e15 : (long)x;
 }
 
-/* 1 when this allocation of size bytes is a sample. */
-static int sampled(size_t size, unsigned long n)
+/* Record p with a stack from `from` (the hook's caller's frame). */
+static void record(const void *p, size_t size, uintptr_t caller, const crawl_regs *from,
+                   int sample)
 {
-    if (countdown <= 0)
-        countdown = next_interval(n);    /* a thread's first allocation: start its count */
-    countdown -= (long)(size ? size : 1);
-    if (countdown > 0)
-        return 0;
-    countdown = next_interval(n);
-    return 1;
-}
-
-/* ---- the hooks ------------------------------------------------------------------------ */
-
-void crawl_heap_profile_alloc(const void *p, size_t size, uintptr_t caller)
-{
-    if (!p || crawl__heap_profile_on != 1)
-        return;
-    if (inside || crawl__busy)
-        return;                          /* crawl's own, not the program's */
     inside = 1;
-    if (!caller)
-        caller = (uintptr_t)__builtin_return_address(0);
     const san_options *o = san_opts();
-    hp_entry e = {.ptr = (uintptr_t)p, .size = size, .caller = caller};
-    unsigned long n = atomic_load_explicit(&sample_bytes, memory_order_relaxed);
-    int want = n ? sampled(size, n) : size >= o->heap_stack_min_size;
-    if (want) {
-        crawl_regs here;
-        crawl_capture_regs(&here);
-        e.stack = san_capture_at(&here, o->malloc_context_size,
+    hp_entry e = {.ptr = (uintptr_t)p, .size = size, .caller = caller,
+                  .flags = sample ? HP_SAMPLED : 0};
+    if (sample || size >= o->heap_stack_min_size)
+        e.stack = san_capture_at(from, o->malloc_context_size,
                                  o->heap_stack_fast ? CRAWL_WALK_FAST : 0);
-        e.flags = n ? HP_SAMPLED : 0;
-    }
     if (insert(&e) != 0)
         atomic_fetch_add_explicit(&dropped, 1, memory_order_relaxed);
     inside = 0;
-    CRAWL__NO_TAIL(e.stack);
+}
+
+/* Sampled mode, the countdown ran out: 1 if this allocation is a sample.
+ * A thread's first time here only starts its count. */
+static int take_sample(void)
+{
+    unsigned long n = atomic_load_explicit(&sample_bytes, memory_order_relaxed);
+    crawl__hp_countdown = next_interval(n ? n : 1);
+    if (!counting) {
+        counting = 1;
+        return 0;
+    }
+    return 1;
+}
+
+void crawl__heap_profile_slow(const void *p, size_t size, uintptr_t caller)
+{
+    if (inside || crawl__busy)
+        return;                          /* crawl's own, not the program's */
+    int sample = crawl__hp_sampled;
+    if (sample && !take_sample())
+        return;
+    crawl_regs here;
+    crawl_capture_regs(&here);
+    record(p, size, caller, &here, sample);
+    CRAWL__NO_TAIL(size);
+}
+
+void crawl_heap_profile_alloc(const void *p, size_t size, uintptr_t caller)
+{
+    if (!p || crawl__heap_profile_on != 1 || inside || crawl__busy)
+        return;
+    if (!caller)
+        caller = (uintptr_t)__builtin_return_address(0);
+    int sample = crawl__hp_sampled;
+    if (sample && ((crawl__hp_countdown -= (long)(size ? size : 1)) > 0 || !take_sample()))
+        return;
+    crawl_regs here;
+    crawl_capture_regs(&here);
+    record(p, size, caller, &here, sample);
+    CRAWL__NO_TAIL(size);
 }
 
 void crawl_heap_profile_free(const void *p)
@@ -201,7 +234,9 @@ void crawl_heap_profile_free(const void *p)
 int crawl_heap_profile_start(void)
 {
     pthread_once(&once, shards_init);
-    atomic_store(&sample_bytes, san_opts()->heap_sample_bytes);
+    unsigned n = san_opts()->heap_sample_bytes;
+    atomic_store(&sample_bytes, n);
+    __atomic_store_n(&crawl__hp_sampled, n != 0, __ATOMIC_RELAXED);
     __atomic_store_n(&crawl__heap_profile_on, 1, __ATOMIC_RELEASE);
     return 0;
 }

@@ -36,12 +36,23 @@
 extern "C" {
 #endif
 
-/* crawl__heap_profile_on: 0 never started, 1 recording, 2 stopped (frees
- * are still taken out). crawl_heap_profile_active: 1 while recording, the
- * test an allocator's allocation hook makes before calling in (its free
- * hook calls crawl_heap_profile_free whenever crawl__heap_profile_on is
- * not 0). One load of an exported int; async-signal-safe. */
+/* The hooks' fast paths, inline (their state is exported; not API):
+ * crawl__heap_profile_on is 0 never started, 1 recording, 2 stopped (frees
+ * are still taken out); crawl__hp_sampled is 1 when heap_sample_bytes
+ * samples; crawl__hp_countdown the thread's bytes to its next sample;
+ * crawl__hp_filter a counter per hash of every recorded pointer, so that a
+ * free of memory never recorded costs a load. */
 CRAWL_API extern int crawl__heap_profile_on;
+CRAWL_API extern int crawl__hp_sampled;
+CRAWL_API extern __thread long crawl__hp_countdown __attribute__((tls_model("initial-exec")));
+CRAWL_API extern unsigned char crawl__hp_filter[1 << 14];   /* 16 KiB: stays in L1 */
+CRAWL_API void crawl__heap_profile_slow(const void *p, size_t size, uintptr_t caller);
+static inline unsigned crawl__hp_filter_slot(const void *p)
+{
+    return (unsigned)(((uint64_t)(uintptr_t)p >> 4) * 0x9e3779b97f4a7c15ULL >> 50);
+}
+
+/* 1 while recording. Async-signal-safe (one load). */
 static inline int crawl_heap_profile_active(void) { return crawl__heap_profile_on == 1; }
 
 /* Start recording with the current options (they are read here, and again
@@ -62,7 +73,10 @@ CRAWL_API void crawl_heap_profile_stop(void);
 /* An allocator's hooks. crawl_heap_profile_alloc records p (size bytes;
  * caller: the return address into the allocating code, or 0 for "the frame
  * above the hook") with a mixed stack as the options say; the stack starts
- * at the function that called crawl_heap_profile_alloc. crawl_heap_profile_free
+ * at the function that called crawl_heap_profile_alloc. With
+ * heap_sample_bytes=N only one allocation in every N bytes (on average) is
+ * recorded, with its stack; the outputs scale the samples back to
+ * estimates of the whole heap. crawl_heap_profile_free
  * takes p out (unknown pointers are ignored). Neither allocates through
  * malloc (the table and the depot grow by mmap) and both are re-entrancy
  * safe: an allocation made while crawl itself works (compiling CFI on a
@@ -80,8 +94,28 @@ CRAWL_API void crawl_heap_profile_alloc(const void *p, size_t size,
                                         uintptr_t caller) CRAWL__ADDRESS_ONLY;
 CRAWL_API void crawl_heap_profile_free(const void *p) CRAWL__ADDRESS_ONLY;
 
+/* An allocator's hooks, the inline forms: call after every allocation and
+ * before every free (with the memory still allocated). Not sampled, an
+ * allocation costs a decrement and a branch, and a free a load and a
+ * branch; the rest is crawl_heap_profile_alloc/free's. */
+static inline void crawl_heap_profile_on_alloc(const void *p, size_t size, uintptr_t caller)
+{
+    if (__builtin_expect(crawl__heap_profile_on != 1, 1) || !p)
+        return;
+    if (crawl__hp_sampled && (crawl__hp_countdown -= (long)(size ? size : 1)) > 0)
+        return;
+    crawl__heap_profile_slow(p, size, caller);
+}
+static inline void crawl_heap_profile_on_free(const void *p)
+{
+    if (__builtin_expect(crawl__heap_profile_on == 0, 1) || !p)
+        return;
+    if (__atomic_load_n(&crawl__hp_filter[crawl__hp_filter_slot(p)], __ATOMIC_RELAXED))
+        crawl_heap_profile_free(p);
+}
+
 typedef struct crawl_heap_totals {
-    size_t live_bytes, live_objects;    /* recorded chunks not freed */
+    size_t live_bytes, live_objects;    /* recorded chunks not freed (sampled: the samples) */
     size_t stacks;                      /* distinct stacks among them */
     unsigned long dropped;              /* allocations not recorded (no memory for the table) */
 } crawl_heap_totals;
