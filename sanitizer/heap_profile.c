@@ -22,10 +22,10 @@
 
 #include "sanitizer/heap_profile_internal.h"
 
-CRAWL_API int crawl__heap_profile_on;
-CRAWL_API int crawl__hp_sampled;
+CRAWL_API struct crawl__hp_fast crawl__hp;
 CRAWL_API __thread long crawl__hp_countdown __attribute__((tls_model("initial-exec")));
-CRAWL_API unsigned char crawl__hp_filter[1 << 14];
+static unsigned char counts[1 << 14];   /* recorded pointers per filter slot (255: stuck) */
+static pthread_mutex_t filter_lock = PTHREAD_MUTEX_INITIALIZER;
 
 typedef struct shard {
     pthread_mutex_t lock;
@@ -47,15 +47,30 @@ static inline uint64_t hash_ptr(uintptr_t p)
     return (uint64_t)(p >> 4) * 0x9e3779b97f4a7c15ULL;
 }
 
-/* The free fast path's filter: a saturating count of recorded pointers per
- * hash (one stuck at 255 stays there: frees then always look). */
+/* The free fast path's filter: a count of recorded pointers per hash (a
+ * count that reaches 255 stays there: frees then always look), and its bit
+ * in crawl__hp.bits set while the count is not 0. A count changing from or
+ * to 0 updates the bit under filter_lock (rare when sampling); a free reads
+ * the bit only after its pointer's count went up, in program order. */
 static void filter_add(uintptr_t ptr, int delta)
 {
-    unsigned char *c = &crawl__hp_filter[crawl__hp_filter_slot((const void *)ptr)];
+    unsigned slot = crawl__hp_filter_slot((const void *)ptr);
+    unsigned char *c = &counts[slot];
     unsigned char v = __atomic_load_n(c, __ATOMIC_RELAXED);
-    while (v != 255 && !__atomic_compare_exchange_n(c, &v, (unsigned char)(v + delta), 1,
-                                                    __ATOMIC_RELAXED, __ATOMIC_RELAXED))
-        ;
+    do {
+        if (v == 255)
+            return;
+    } while (!__atomic_compare_exchange_n(c, &v, (unsigned char)(v + delta), 1, __ATOMIC_RELAXED,
+                                          __ATOMIC_RELAXED));
+    if ((delta > 0 && v != 0) || (delta < 0 && v != 1))
+        return;                          /* no change from or to 0 */
+    pthread_mutex_lock(&filter_lock);
+    uint64_t mask = 1ULL << (slot % 64);
+    if (__atomic_load_n(c, __ATOMIC_RELAXED))
+        __atomic_fetch_or(&crawl__hp.bits[slot / 64], mask, __ATOMIC_RELEASE);
+    else
+        __atomic_fetch_and(&crawl__hp.bits[slot / 64], ~mask, __ATOMIC_RELEASE);
+    pthread_mutex_unlock(&filter_lock);
 }
 
 static void shards_init(void)
@@ -201,7 +216,7 @@ void crawl__heap_profile_slow(const void *p, size_t size, uintptr_t caller)
 {
     if (inside || crawl__busy)
         return;                          /* crawl's own, not the program's */
-    int sample = crawl__hp_sampled;
+    int sample = crawl__hp.sampled;
     if (sample && !take_sample())
         return;
     crawl_regs here;
@@ -212,11 +227,11 @@ void crawl__heap_profile_slow(const void *p, size_t size, uintptr_t caller)
 
 void crawl_heap_profile_alloc(const void *p, size_t size, uintptr_t caller)
 {
-    if (!p || crawl__heap_profile_on != 1 || inside || crawl__busy)
+    if (!p || crawl__hp.on != 1 || inside || crawl__busy)
         return;
     if (!caller)
         caller = (uintptr_t)__builtin_return_address(0);
-    int sample = crawl__hp_sampled;
+    int sample = crawl__hp.sampled;
     if (sample && ((crawl__hp_countdown -= (long)(size ? size : 1)) > 0 || !take_sample()))
         return;
     crawl_regs here;
@@ -236,15 +251,15 @@ int crawl_heap_profile_start(void)
     pthread_once(&once, shards_init);
     unsigned n = san_opts()->heap_sample_bytes;
     atomic_store(&sample_bytes, n);
-    __atomic_store_n(&crawl__hp_sampled, n != 0, __ATOMIC_RELAXED);
-    __atomic_store_n(&crawl__heap_profile_on, 1, __ATOMIC_RELEASE);
+    __atomic_store_n(&crawl__hp.sampled, n != 0, __ATOMIC_RELAXED);
+    __atomic_store_n(&crawl__hp.on, 1, __ATOMIC_RELEASE);
     return 0;
 }
 
 void crawl_heap_profile_stop(void)
 {
-    if (__atomic_load_n(&crawl__heap_profile_on, __ATOMIC_RELAXED))
-        __atomic_store_n(&crawl__heap_profile_on, 2, __ATOMIC_RELEASE);
+    if (__atomic_load_n(&crawl__hp.on, __ATOMIC_RELAXED))
+        __atomic_store_n(&crawl__hp.on, 2, __ATOMIC_RELEASE);
 }
 
 /* ---- reading the table ----------------------------------------------------------------- */
@@ -347,6 +362,10 @@ void san_hp_fork(int lock)
         else
             pthread_mutex_unlock(&shards[i].lock);
     }
+    if (lock)                            /* taken inside a shard's lock: after them */
+        pthread_mutex_lock(&filter_lock);
+    else
+        pthread_mutex_unlock(&filter_lock);
 }
 
 /* ---- at exit ------------------------------------------------------------------------------ */

@@ -37,15 +37,16 @@ extern "C" {
 #endif
 
 /* The hooks' fast paths, inline (their state is exported; not API):
- * crawl__heap_profile_on is 0 never started, 1 recording, 2 stopped (frees
- * are still taken out); crawl__hp_sampled is 1 when heap_sample_bytes
- * samples; crawl__hp_countdown the thread's bytes to its next sample;
- * crawl__hp_filter a counter per hash of every recorded pointer, so that a
- * free of memory never recorded costs a load. */
-CRAWL_API extern int crawl__heap_profile_on;
-CRAWL_API extern int crawl__hp_sampled;
+ * on is 0 never started, 1 recording, 2 stopped (frees are still taken
+ * out); sampled is 1 when heap_sample_bytes samples; bits has a bit set for
+ * each hash of a recorded pointer, so that a free of memory never recorded
+ * costs a load from 2 KiB next to the flag; crawl__hp_countdown is the
+ * thread's bytes to its next sample. */
+CRAWL_API extern struct crawl__hp_fast {
+    int on, sampled;
+    uint64_t bits[(1 << 14) / 64];
+} crawl__hp __attribute__((aligned(64)));
 CRAWL_API extern __thread long crawl__hp_countdown __attribute__((tls_model("initial-exec")));
-CRAWL_API extern unsigned char crawl__hp_filter[1 << 14];   /* 16 KiB: stays in L1 */
 CRAWL_API void crawl__heap_profile_slow(const void *p, size_t size, uintptr_t caller);
 static inline unsigned crawl__hp_filter_slot(const void *p)
 {
@@ -53,7 +54,7 @@ static inline unsigned crawl__hp_filter_slot(const void *p)
 }
 
 /* 1 while recording. Async-signal-safe (one load). */
-static inline int crawl_heap_profile_active(void) { return crawl__heap_profile_on == 1; }
+static inline int crawl_heap_profile_active(void) { return crawl__hp.on == 1; }
 
 /* Start recording with the current options (they are read here, and again
  * at each option change). Idempotent. 0, or -ENOMEM. Thread-safe; not
@@ -100,17 +101,18 @@ CRAWL_API void crawl_heap_profile_free(const void *p) CRAWL__ADDRESS_ONLY;
  * branch; the rest is crawl_heap_profile_alloc/free's. */
 static inline void crawl_heap_profile_on_alloc(const void *p, size_t size, uintptr_t caller)
 {
-    if (__builtin_expect(crawl__heap_profile_on != 1, 1) || !p)
+    if (__builtin_expect(crawl__hp.on != 1, 1) || !p)
         return;
-    if (crawl__hp_sampled && (crawl__hp_countdown -= (long)(size ? size : 1)) > 0)
+    if (crawl__hp.sampled && (crawl__hp_countdown -= (long)(size ? size : 1)) > 0)
         return;
     crawl__heap_profile_slow(p, size, caller);
 }
 static inline void crawl_heap_profile_on_free(const void *p)
 {
-    if (__builtin_expect(crawl__heap_profile_on == 0, 1) || !p)
+    if (__builtin_expect(crawl__hp.on == 0, 1) || !p)
         return;
-    if (__atomic_load_n(&crawl__hp_filter[crawl__hp_filter_slot(p)], __ATOMIC_RELAXED))
+    unsigned slot = crawl__hp_filter_slot(p);
+    if (__atomic_load_n(&crawl__hp.bits[slot / 64], __ATOMIC_RELAXED) >> (slot % 64) & 1)
         crawl_heap_profile_free(p);
 }
 

@@ -44,8 +44,7 @@ NOINLINE static void *my_malloc(size_t n)
 
 NOINLINE static void my_free(void *p)
 {
-    if (crawl__heap_profile_on)
-        crawl_heap_profile_free(p);
+    crawl_heap_profile_on_free(p);      /* the inline hook */
     free(p);
 }
 
