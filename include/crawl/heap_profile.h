@@ -116,6 +116,30 @@ static inline void crawl_heap_profile_on_free(const void *p)
         crawl_heap_profile_free(p);
 }
 
+/* Run-time PLT/GOT hooks (Matrix's memory hook, xhook), for a process that
+ * is not started under libcrawl-preload.so or for chosen libraries only:
+ * the GOT entries through which every loaded module whose path matches the
+ * POSIX extended regex `include` and not `ignore` (NULL or "": nothing
+ * ignored) calls or takes the address of malloc, calloc, realloc, free,
+ * memalign, posix_memalign, aligned_alloc, valloc, pvalloc, strdup,
+ * strndup, operator new/new[] (plain, nothrow) and delete/delete[] (plain,
+ * sized) point at crawl's hooks, which call what the process would have
+ * called and record while crawl_heap_profile_active(). dlopen is hooked
+ * too: a library loaded later through a hooked module is hooked when it
+ * matches. libcrawl, libcrawl-preload.so and the dynamic loader are never
+ * hooked. Relocations are read from the module files with libelf; RELRO
+ * pages are made writable for the store and read-only again. 0, -EINVAL
+ * (NULL include, a bad regex), -EBUSY (installed already). Thread-safe (a
+ * call racing with the store sees the old or the new entry); not
+ * async-signal-safe. Limits: a dlopen made through the hook resolves a
+ * relative name with libcrawl's search path, not its caller's. */
+CRAWL_API int crawl_heap_hooks_install(const char *include, const char *ignore);
+/* Put back every GOT entry written, exactly its old value (entries of
+ * modules unloaded meanwhile are skipped). Thread-safe. */
+CRAWL_API void crawl_heap_hooks_uninstall(void);
+/* How many GOT entries point at crawl's hooks now. Thread-safe. */
+CRAWL_API size_t crawl_heap_hooks_count(void);
+
 typedef struct crawl_heap_totals {
     size_t live_bytes, live_objects;    /* recorded chunks not freed (sampled: the samples) */
     size_t stacks;                      /* distinct stacks among them */

@@ -1,0 +1,137 @@
+/* Run-time GOT hooks (crawl_heap_hooks_install): a library loaded before
+ * install and one loaded after are hooked, an ignored one is not, and
+ * uninstall puts every GOT entry back exactly (malloc's address as each
+ * library sees it through its GOT is the original again). */
+#include "../support.h"
+
+#include <crawl/heap_profile.h>
+
+#include <dlfcn.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+typedef struct lib {
+    void *h;
+    void *(*alloc)(size_t);
+    char *(*dup)(const char *);
+    void (*free)(void *);
+    void *(*malloc_address)(void);
+} lib;
+
+static void open_lib(lib *l, const char *path, const char *name)
+{
+    char sym[64];
+    l->h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+    assert_non_null(l->h);
+    snprintf(sym, sizeof sym, "plt_%s_alloc", name);
+    *(void **)&l->alloc = dlsym(l->h, sym);
+    snprintf(sym, sizeof sym, "plt_%s_dup", name);
+    *(void **)&l->dup = dlsym(l->h, sym);
+    snprintf(sym, sizeof sym, "plt_%s_free", name);
+    *(void **)&l->free = dlsym(l->h, sym);
+    snprintf(sym, sizeof sym, "plt_%s_malloc_address", name);
+    *(void **)&l->malloc_address = dlsym(l->h, sym);
+    assert_true(l->alloc && l->dup && l->free && l->malloc_address);
+}
+
+static size_t live(void)
+{
+    crawl_heap_totals t;
+    crawl_heap_profile_totals(&t);
+    return t.live_objects;
+}
+
+static void test_hooks(void **state)
+{
+    (void)state;
+    lib a, b, c;
+    open_lib(&a, PLT_LIB_A, "a");
+    open_lib(&b, PLT_LIB_B, "b");
+    void *original = a.malloc_address();
+    assert_ptr_equal(original, dlsym(RTLD_DEFAULT, "malloc"));
+    assert_int_equal(crawl_heap_profile_start(), 0);
+
+    assert_int_equal(crawl_heap_hooks_install("libplt_", "libplt_b"), 0);
+    assert_int_equal(crawl_heap_hooks_install("libplt_", NULL), -EBUSY);
+    assert_true(crawl_heap_hooks_count() >= 3);      /* a's malloc (call, address), strdup, free */
+    assert_ptr_not_equal(a.malloc_address(), original);
+    assert_ptr_equal(b.malloc_address(), original);  /* ignored */
+
+    size_t before = live();
+    void *pa = a.alloc(100);
+    char *da = a.dup("hooked");
+    assert_int_equal(live(), before + 2);
+    void *pb = b.alloc(100);                           /* ignored: not recorded */
+    assert_int_equal(live(), before + 2);
+
+    /* loaded after install by the test program, which is not hooked (its
+     * path does not match): c is not hooked until the next install */
+    open_lib(&c, PLT_LIB_C, "c");
+    assert_ptr_equal(c.malloc_address(), original);
+
+    a.free(pa);
+    a.free(da);
+    assert_int_equal(live(), before);
+    b.free(pb);
+
+    crawl_heap_hooks_uninstall();
+    assert_int_equal(crawl_heap_hooks_count(), 0);
+    assert_ptr_equal(a.malloc_address(), original);   /* the GOT entry, exactly as it was */
+    void *pa2 = a.alloc(10);
+    assert_int_equal(live(), before);                  /* not recorded any more */
+    a.free(pa2);
+
+    /* again, now c is loaded: both a and c are hooked */
+    assert_int_equal(crawl_heap_hooks_install("libplt_(a|c)", ""), 0);
+    void *pc = c.alloc(7);
+    assert_int_equal(live(), before + 1);
+    c.free(pc);
+    assert_int_equal(live(), before);
+    crawl_heap_hooks_uninstall();
+    assert_ptr_equal(c.malloc_address(), original);
+    dlclose(a.h), dlclose(b.h), dlclose(c.h);
+}
+
+/* A library dlopen'ed by a hooked module after install is hooked. */
+static void test_dlopen_from_hooked_module(void **state)
+{
+    (void)state;
+    lib d;
+    open_lib(&d, PLT_LIB_D, "d");
+    assert_int_equal(crawl_heap_hooks_install("libplt_(d|e)", NULL), 0);
+    void *(*open_e)(const char *, int) = (void *(*)(const char *, int))dlsym(d.h, "plt_d_dlopen");
+    assert_non_null(open_e);
+    void *e = open_e(PLT_LIB_E, RTLD_NOW | RTLD_LOCAL);    /* through d's hooked GOT */
+    assert_non_null(e);
+    void *(*e_alloc)(size_t) = (void *(*)(size_t))dlsym(e, "plt_e_alloc");
+    void (*e_free)(void *) = (void (*)(void *))dlsym(e, "plt_e_free");
+    size_t before = live();
+    void *p = e_alloc(33);
+    assert_int_equal(live(), before + 1);
+    e_free(p);
+    assert_int_equal(live(), before);
+    crawl_heap_hooks_uninstall();
+    dlclose(e);
+    dlclose(d.h);
+}
+
+static void test_bad_arguments(void **state)
+{
+    (void)state;
+    assert_int_equal(crawl_heap_hooks_install(NULL, NULL), -EINVAL);
+    assert_int_equal(crawl_heap_hooks_install("(", NULL), -EINVAL);
+    assert_int_equal(crawl_heap_hooks_install("x", "("), -EINVAL);
+    assert_int_equal(crawl_heap_hooks_count(), 0);
+    crawl_heap_hooks_uninstall();                      /* not installed: nothing */
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_hooks),
+        cmocka_unit_test(test_dlopen_from_hooked_module),
+        cmocka_unit_test(test_bad_arguments),
+    };
+    return cmocka_run_group_tests_name("plt_hooks", tests, NULL, NULL);
+}
