@@ -12,6 +12,11 @@
  *   heap_profile_path=FILE  write the live heap at exit, the format from the
  *                           extension: .pb.gz pprof, .json, .folded, .svg,
  *                           anything else text
+ *   heap_profile_signal=N   on signal N (SIGUSR2 is 12) write the profile:
+ *                           to heap_profile_path (replaced each time), else
+ *                           as text to log_path; a helper thread writes it
+ *                           (the handler writes a byte to a pipe). Not in a
+ *                           fork child.
  *   heap_stack_min_size=N   a stack only for allocations of N bytes or more
  *   heap_sample_bytes=N     a stack for one allocation every N bytes on
  *                           average (tcmalloc's heap sampler: the outputs
@@ -63,7 +68,8 @@ CRAWL_API int crawl_heap_profile_start(void);
 /* What libcrawl-preload.so calls when it loads: start recording when the
  * options say heap_profile=1 or leak_check=1, and at exit write
  * heap_profile_path and run the leak check (with leaks found, the process
- * exits with leak_check_exitcode, 23 by default, as LeakSanitizer's). 1 if
+ * exits with leak_check_exitcode, 23 by default, as LeakSanitizer's), and
+ * with heap_profile_signal start the helper thread and its handler. 1 if
  * recording started, 0 if the options did not ask, or a negative errno.
  * Thread-safe; not async-signal-safe. */
 CRAWL_API int crawl_heap_profile_from_options(void);

@@ -118,6 +118,9 @@ CRAWL_API int crawl_heap_owns(const void *p);
  *   depot_budget_mb=256     memory the stack depot may use
  *   help=1                  print these options (the list help=1 prints
  *                           is generated from the one the parser uses)
+ * and the options of the other parts, documented in their headers: gc_*
+ * (crawl/boehm.h), gpa_* (crawl/guarded.h), heap_* and leak_*
+ * (crawl/heap_profile.h).
  * A malformed string or an unknown key or value prints one warning line
  * naming it, changes nothing, and returns a negative errno value. Numbers
  * are plain decimal digits. Thread-safe: the options change as a whole

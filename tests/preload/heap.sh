@@ -114,6 +114,13 @@ else
     echo "heap: note: go absent, pprof not read back by go tool pprof (apt-get install golang-go)"
 fi
 
+# heap_profile_signal: SIGUSR2 makes the helper thread write the profile
+CRAWL_OPTIONS=heap_profile=1:heap_profile_signal=12:heap_profile_path=$work/sig.folded \
+    LD_PRELOAD=$lib "$leaky" signal "$work/sig.folded" >/dev/null 2>"$work/err"
+rc=$?
+[ $rc -eq 0 ] && grep -q ';leak_direct;malloc 100$' "$work/sig.folded" && ok ||
+    { bad "heap_profile_signal: rc $rc"; cat "$work/err" "$work/sig.folded"; }
+
 # ---- crawlvm --heap-profile: script frames in the stacks --------------------------------
 "$crawlvm" --heap-profile "$work/vm.folded" "$examples/heap.crawl" >/dev/null 2>"$work/err"
 rc=$?

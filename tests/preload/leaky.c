@@ -4,7 +4,10 @@
  * (a direct leak), and a string freed (gone). */
 #include <stdio.h>
 #include <stdlib.h>
+#include <signal.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 struct node {
     struct node *next;
@@ -44,11 +47,28 @@ __attribute__((noinline)) static void scrub(void)
     memset((char *)junk, 0, sizeof junk);
 }
 
-int main(void)
+/* "signal FILE": ask for a profile with SIGUSR2 (heap_profile_signal=12)
+ * and wait until FILE is written, before anything is freed. */
+static void dump_and_wait(const char *file)
+{
+    kill(getpid(), SIGUSR2);
+    for (int i = 0; i < 500; i++) {
+        struct stat st;
+        if (stat(file, &st) == 0 && st.st_size > 0)
+            return;
+        usleep(10000);
+    }
+    fprintf(stderr, "leaky: %s not written\n", file);
+    exit(3);
+}
+
+int main(int argc, char **argv)
 {
     keep = kept_list();
     lost_list();
     leak_direct();
+    if (argc == 3 && strcmp(argv[1], "signal") == 0)
+        dump_and_wait(argv[2]);
     char *s = strdup("hello");
     puts(s);
     free(s);

@@ -15,7 +15,7 @@ const char *crawl_default_options(void)
     return "redzone=64:quarantine_size_mb=8:malloc_context_size=12";
 }
 
-static char opts[512];
+static char opts[2048];
 static const char *current(void)
 {
     crawl_sanitizer_get_options(opts, sizeof opts);
@@ -50,7 +50,7 @@ static void test_sources_in_order(void **state)
                                    "gpa_sample_rate=5000:gpa_max_allocations=16:"
                                    "gpa_perfectly_right_align=0:gpa_recoverable=0:"
                                    "gpa_install_signal_handlers=1:"
-                                   "heap_profile=0:heap_profile_path=:heap_stack_min_size=0:"
+                                   "heap_profile=0:heap_profile_path=:heap_profile_signal=0:heap_stack_min_size=0:"
                                    "heap_sample_bytes=0:heap_stack_fast=0:leak_check=0:"
                                    "leak_check_exitcode=23:leak_check_reachable=0");
     assert_int_equal(crawl_sanitizer_set_options("redzone=128::fast_unwind_on_malloc=1:"), 0);
@@ -76,7 +76,7 @@ static void test_bad_strings(void **state)
         /* a good item before a bad one is not applied either */
         {"redzone=32:nope=1", "crawl: unknown option 'nope' in sanitizer options; none applied\n"},
     };
-    char before[512], err[512];
+    char before[2048], err[512];
     snprintf(before, sizeof before, "%s", current());
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         assert_int_equal(set_quietly(cases[i].s, err, sizeof err), -EINVAL);
