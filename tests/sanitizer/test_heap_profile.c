@@ -10,6 +10,9 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <sys/wait.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -262,6 +265,60 @@ static void test_leak_check(void **state)
     }
 }
 
+/* Threads allocate and free at once while another writes the profile; a
+ * fork child (while they run) keeps the table and goes on recording. */
+static atomic_int stop_threads;
+
+static void *churn(void *arg)
+{
+    (void)arg;
+    void *mine[64] = {0};
+    for (unsigned i = 0; !atomic_load(&stop_threads); i++) {
+        my_free(mine[i % 64]);
+        mine[i % 64] = load_level(16 + i % 200);
+    }
+    for (int i = 0; i < 64; i++)
+        my_free(mine[i]);
+    return NULL;
+}
+
+static void test_threads_and_fork(void **state)
+{
+    (void)state;
+    crawl_heap_totals before, after;
+    crawl_heap_profile_totals(&before);
+    pthread_t t[3];
+    atomic_store(&stop_threads, 0);
+    for (int i = 0; i < 3; i++)
+        assert_int_equal(pthread_create(&t[i], NULL, churn, NULL), 0);
+    for (int round = 0; round < 5; round++) {
+        FILE *f = tmpfile();
+        assert_int_equal(crawl_heap_profile_write_fd(fileno(f), CRAWL_HEAP_FOLDED), 0);
+        fclose(f);
+        pid_t child = fork();
+        assert_true(child >= 0);
+        if (child == 0) {
+            crawl_heap_totals c0, c1;
+            crawl_heap_profile_totals(&c0);
+            void *p = load_level(1234);
+            crawl_heap_profile_totals(&c1);
+            int ok = c1.live_objects == c0.live_objects + 1;
+            my_free(p);
+            crawl_heap_profile_totals(&c1);
+            _exit(ok && c1.live_objects == c0.live_objects ? 0 : 1);
+        }
+        int status;
+        assert_int_equal(waitpid(child, &status, 0), child);
+        assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    }
+    atomic_store(&stop_threads, 1);
+    for (int i = 0; i < 3; i++)
+        pthread_join(t[i], NULL);
+    crawl_heap_profile_totals(&after);
+    assert_int_equal(after.live_objects, before.live_objects);
+    assert_int_equal(after.live_bytes, before.live_bytes);
+}
+
 static void test_bad_arguments(void **state)
 {
     (void)state;
@@ -284,6 +341,7 @@ int main(void)
         cmocka_unit_test(test_stop_keeps_taking_frees),
         cmocka_unit_test(test_sampled_estimate),
         cmocka_unit_test(test_leak_check),
+        cmocka_unit_test(test_threads_and_fork),
         cmocka_unit_test(test_bad_arguments),
     };
     return cmocka_run_group_tests_name("heap_profile", tests, NULL, NULL);
