@@ -44,6 +44,16 @@ static crawl_action add_frame(const crawl_cf *cf, void *ctx)
 unsigned san_capture_words(const crawl_regs *from, unsigned max, unsigned flags,
                            uintptr_t *out, unsigned cap)
 {
+    const crawl__thread *th = crawl__self();
+    if (th->attached && !th->top) {
+        /* no Frames on this thread: native pcs only, without a callback per
+         * frame (the same words: a native frame is its pc) */
+        unsigned want = max < 1 ? 1 : max > cap ? cap : max;
+        unsigned n = sw_backtrace(from, out, want, flags & (CRAWL_WALK_FAST | CRAWL_WALK_SIGNAL_SAFE));
+        for (unsigned i = 0; i < n; i++)
+            out[i] &= ~CRAWL_DEPOT_TAGS;
+        return n;
+    }
     capture c;
     c.n = c.frames = 0;
     c.max = max < 1 ? 1 : max > CRAWL_DEPOT_MAX_FRAMES ? CRAWL_DEPOT_MAX_FRAMES : max;

@@ -322,7 +322,27 @@ static void print_group(ho_out *o, const leak_group *g, const char *what)
     ho_write(o, "\n", 1);
 }
 
+/* Zero the stack below the caller: the frames the check is about to use
+ * would otherwise keep, in slots they never write, words of the program's
+ * earlier deeper calls -- stale pointers that make a leak look reachable. */
+static __attribute__((noinline)) void clear_stack_below(void)
+{
+    volatile char area[32768];
+    explicit_bzero((char *)area, sizeof area);
+    __asm__ volatile("" : : "r"(area) : "memory");
+}
+
+static long check(int fd);
+
 long crawl_leak_check(int fd)
+{
+    clear_stack_below();
+    long rc = check(fd);
+    CRAWL__NO_TAIL(rc);
+    return rc;
+}
+
+static __attribute__((noinline)) long check(int fd)
 {
     int was = hp_inside_enter();
     hp_snap snap;
@@ -331,43 +351,52 @@ long crawl_leak_check(int fd)
         hp_inside_leave(was);
         return rc;
     }
-    scan s = {.e = snap.e, .n = snap.n};
+    /* the scan's state lives in malloc's heap, which is not scanned: on this
+     * stack its bounds (the lowest chunk's address) would be a root */
+    scan *sp = calloc(1, sizeof *sp);
+    if (!sp) {
+        hp_snapshot_free(&snap);
+        hp_inside_leave(was);
+        return -ENOMEM;
+    }
+    sp->e = snap.e, sp->n = snap.n;
     if (snap.n)
         qsort(snap.e, snap.n, sizeof *snap.e, by_ptr);
-    s.mark = calloc(snap.n + 1, 1);
-    s.work = malloc((snap.n + 1) * sizeof *s.work);
+    sp->mark = calloc(snap.n + 1, 1);
+    sp->work = malloc((snap.n + 1) * sizeof *sp->work);
     size_t *order = malloc((snap.n + 1) * sizeof *order);
     leak_group *groups = malloc((snap.n + 1) * sizeof *groups);
-    if (!s.mark || !s.work || !order || !groups) {
+    if (!sp->mark || !sp->work || !order || !groups) {
         rc = -ENOMEM;
         goto out;
     }
     if (snap.n) {
-        s.lo = snap.e[0].ptr;
+        sp->lo = snap.e[0].ptr;
         for (size_t i = 0; i < snap.n; i++)
-            if (snap.e[i].ptr + snap.e[i].size + 1 > s.hi)
-                s.hi = snap.e[i].ptr + snap.e[i].size + 1;
+            if (snap.e[i].ptr + snap.e[i].size + 1 > sp->hi)
+                sp->hi = snap.e[i].ptr + snap.e[i].size + 1;
     }
-    s.nskip = hp_table_ranges(s.skip, HP_SHARDS);
-    s.skip[s.nskip][0] = (uintptr_t)snap.e;
-    s.skip[s.nskip][1] = (uintptr_t)(snap.e + snap.cap);
-    s.nskip++;
-    scan_roots(&s);
-    propagate(&s);
+    sp->nskip = hp_table_ranges(sp->skip, HP_SHARDS);
+    sp->skip[sp->nskip][0] = (uintptr_t)snap.e;
+    sp->skip[sp->nskip][1] = (uintptr_t)(snap.e + snap.cap);
+    sp->nskip++;
+    clear_stack_below();                 /* qsort and the snapshot left chunk addresses there */
+    scan_roots(sp);
+    propagate(sp);
     for (size_t i = 0; i < snap.n; i++)   /* what leaked chunks point to leaked indirectly */
-        if (s.mark[i] == UNREACHED)
-            scan_range(&s, snap.e[i].ptr, snap.e[i].ptr + snap.e[i].size, INDIRECT);
+        if (sp->mark[i] == UNREACHED)
+            scan_range(sp, snap.e[i].ptr, snap.e[i].ptr + snap.e[i].size, INDIRECT);
 
     /* group by kind and stack */
     for (size_t i = 0; i < snap.n; i++)
         order[i] = i;
     static const int kind_of_mark[] = {[UNREACHED] = 0, [INDIRECT] = 1, [REACHABLE] = 2};
     if (snap.n)
-        qsort_r(order, snap.n, sizeof *order, entry_key_order, &s);
+        qsort_r(order, snap.n, sizeof *order, entry_key_order, sp);
     size_t ng = 0, leaked_bytes = 0, leaked_objects = 0, reach_bytes = 0, reach_objects = 0;
     for (size_t i = 0; i < snap.n; i++) {
         const hp_entry *e = &snap.e[order[i]];
-        int kind = kind_of_mark[s.mark[order[i]]];
+        int kind = kind_of_mark[sp->mark[order[i]]];
         if (kind == 2)
             reach_bytes += e->size, reach_objects++;
         else
@@ -421,7 +450,8 @@ long crawl_leak_check(int fd)
         close(fd);
     rc = (long)leaked_objects;
 out:
-    free(s.mark), free(s.work), free(order), free(groups);
+    free(sp->mark), free(sp->work), free(order), free(groups);
+    free(sp);
     hp_snapshot_free(&snap);
     hp_inside_leave(was);
     return rc;

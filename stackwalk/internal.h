@@ -342,6 +342,9 @@ static inline __attribute__((always_inline)) int sw_cfi_next(const sw_cursor *c,
 /* Walk from regs (the frame of the function that captured them, skip
  * frames of crawl's own are not reported). gregs: a signal context's
  * registers, or NULL. */
+/* The pcs above the frame whose registers are regs (as sw_walk with skip 1
+ * would report them), without a callback: at most max. */
+unsigned sw_backtrace(const crawl_regs *regs, uintptr_t *pcs, unsigned max, unsigned flags);
 crawl_walk_status sw_walk(const crawl_regs *regs, unsigned exact, unsigned skip,
                           crawl_walk_fn fn, void *ctx, unsigned flags);
 void sw_regs_from_ucontext(crawl_regs *r, const ucontext_t *uc);

@@ -537,6 +537,16 @@ crawl_walk_status crawl_walk(crawl_walk_fn fn, void *ctx, unsigned flags)
     return st;
 }
 
+unsigned sw_backtrace(const crawl_regs *regs, uintptr_t *pcs, unsigned max, unsigned flags)
+{
+    walk w = {.flags = (flags & (CRAWL_WALK_FAST | CRAWL_WALK_SIGNAL_SAFE)) | CRAWL_WALK_SKIP_FRAMES,
+              .pcs = pcs, .pcs_max = max};
+    if (!max)
+        return 0;
+    run_walk(&w, regs, 0, 1);
+    return w.pcs_n;
+}
+
 int crawl_backtrace(uintptr_t *pcs, int max, unsigned flags)
 {
     if (!pcs || max <= 0)

@@ -44,7 +44,7 @@ __attribute__((noinline)) static void leak_direct(void)
 __attribute__((noinline)) static void scrub(void)
 {
     volatile char junk[16384];
-    memset((char *)junk, 0, sizeof junk);
+    explicit_bzero((char *)junk, sizeof junk);   /* not a dead store to optimize away */
 }
 
 /* "signal FILE": ask for a profile with SIGUSR2 (heap_profile_signal=12)

@@ -227,7 +227,7 @@ NOINLINE static void plant(void)
 NOINLINE static void scrub(void)
 {
     volatile char junk[32768];
-    memset((char *)junk, 0, sizeof junk);
+    explicit_bzero((char *)junk, sizeof junk);   /* not a dead store to optimize away */
 }
 
 static void test_leak_check(void **state)
