@@ -26,8 +26,6 @@
 
 CRAWL_API struct crawl__hp_fast crawl__hp;
 CRAWL_API __thread long crawl__hp_countdown __attribute__((tls_model("initial-exec")));
-static unsigned char counts[1 << 14];   /* recorded pointers per filter slot (255: stuck) */
-static pthread_mutex_t filter_lock = PTHREAD_MUTEX_INITIALIZER;
 
 typedef struct shard {
     pthread_mutex_t lock;
@@ -50,29 +48,18 @@ static inline uint64_t hash_ptr(uintptr_t p)
 }
 
 /* The free fast path's filter: a count of recorded pointers per hash (a
- * count that reaches 255 stays there: frees then always look), and its bit
- * in crawl__hp.bits set while the count is not 0. A count changing from or
- * to 0 updates the bit under filter_lock (rare when sampling); a free reads
- * the bit only after its pointer's count went up, in program order. */
+ * count that reaches 255 stays there: frees then always look). A free reads
+ * its pointer's count after the increment its allocation made, in program
+ * order (or after the program's own hand-over between threads). */
 static void filter_add(uintptr_t ptr, int delta)
 {
-    unsigned slot = crawl__hp_filter_slot((const void *)ptr);
-    unsigned char *c = &counts[slot];
+    unsigned char *c = &crawl__hp.counts[crawl__hp_filter_slot((const void *)ptr)];
     unsigned char v = __atomic_load_n(c, __ATOMIC_RELAXED);
     do {
         if (v == 255)
             return;
     } while (!__atomic_compare_exchange_n(c, &v, (unsigned char)(v + delta), 1, __ATOMIC_RELAXED,
                                           __ATOMIC_RELAXED));
-    if ((delta > 0 && v != 0) || (delta < 0 && v != 1))
-        return;                          /* no change from or to 0 */
-    pthread_mutex_lock(&filter_lock);
-    uint64_t mask = 1ULL << (slot % 64);
-    if (__atomic_load_n(c, __ATOMIC_RELAXED))
-        __atomic_fetch_or(&crawl__hp.bits[slot / 64], mask, __ATOMIC_RELEASE);
-    else
-        __atomic_fetch_and(&crawl__hp.bits[slot / 64], ~mask, __ATOMIC_RELEASE);
-    pthread_mutex_unlock(&filter_lock);
 }
 
 static void shards_init(void)
@@ -364,10 +351,6 @@ void san_hp_fork(int lock)
         else
             pthread_mutex_unlock(&shards[i].lock);
     }
-    if (lock)                            /* taken inside a shard's lock: after them */
-        pthread_mutex_lock(&filter_lock);
-    else
-        pthread_mutex_unlock(&filter_lock);
 }
 
 /* ---- at exit ------------------------------------------------------------------------------ */

@@ -43,13 +43,13 @@ extern "C" {
 
 /* The hooks' fast paths, inline (their state is exported; not API):
  * on is 0 never started, 1 recording, 2 stopped (frees are still taken
- * out); sampled is 1 when heap_sample_bytes samples; bits has a bit set for
- * each hash of a recorded pointer, so that a free of memory never recorded
- * costs a load from 2 KiB next to the flag; crawl__hp_countdown is the
- * thread's bytes to its next sample. */
+ * out); sampled is 1 when heap_sample_bytes samples; counts has, per hash,
+ * how many recorded pointers have it (255: stuck there), so that a free of
+ * memory never recorded costs one load; crawl__hp_countdown is the thread's
+ * bytes to its next sample. */
 CRAWL_API extern struct crawl__hp_fast {
     int on, sampled;
-    uint64_t bits[(1 << 14) / 64];
+    unsigned char counts[1 << 14];
 } crawl__hp __attribute__((aligned(64)));
 CRAWL_API extern __thread long crawl__hp_countdown __attribute__((tls_model("initial-exec")));
 CRAWL_API void crawl__heap_profile_slow(const void *p, size_t size, uintptr_t caller);
@@ -117,8 +117,7 @@ static inline void crawl_heap_profile_on_free(const void *p)
 {
     if (__builtin_expect(crawl__hp.on == 0, 1) || !p)
         return;
-    unsigned slot = crawl__hp_filter_slot(p);
-    if (__atomic_load_n(&crawl__hp.bits[slot / 64], __ATOMIC_RELAXED) >> (slot % 64) & 1)
+    if (__atomic_load_n(&crawl__hp.counts[crawl__hp_filter_slot(p)], __ATOMIC_RELAXED))
         crawl_heap_profile_free(p);
 }
 
