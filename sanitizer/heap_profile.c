@@ -369,22 +369,10 @@ static void at_exit(void)
     }
 }
 
-/* heap_profile_signal: the handler only writes a byte to a pipe; a helper
- * thread (signals blocked) writes the profile, in normal context. */
-static int dump_pipe[2] = {-1, -1};
-
-static void on_dump_signal(int sig)
+/* heap_profile_signal: written by a helper thread, in normal context. */
+static void dump_now(void *unused)
 {
-    (void)sig;
-    int saved = errno;
-    char b = 1;
-    ssize_t k = write(dump_pipe[1], &b, 1);   /* non-blocking: a dump already pending is enough */
-    (void)k;
-    errno = saved;
-}
-
-static void dump_now(void)
-{
+    (void)unused;
     const san_options *o = san_opts();
     if (o->heap_profile_path[0]) {
         crawl_heap_profile_write(o->heap_profile_path);
@@ -395,42 +383,6 @@ static void dump_now(void)
     crawl_heap_profile_write_fd(fd, CRAWL_HEAP_TEXT);
     if (opened)
         close(fd);
-}
-
-static void *dump_thread(void *arg)
-{
-    (void)arg;
-    for (;;) {
-        char b;
-        ssize_t k = read(dump_pipe[0], &b, 1);
-        if (k < 0 && errno == EINTR)
-            continue;
-        if (k <= 0)
-            return NULL;
-        dump_now();
-    }
-}
-
-static int start_dump_thread(int sig)
-{
-    if (pipe2(dump_pipe, O_CLOEXEC) != 0)
-        return -errno;
-    fcntl(dump_pipe[1], F_SETFL, O_NONBLOCK);
-    sigset_t all, old;
-    sigfillset(&all);
-    pthread_sigmask(SIG_SETMASK, &all, &old);   /* the helper never takes a signal */
-    pthread_t t;
-    int rc = pthread_create(&t, NULL, dump_thread, NULL);
-    pthread_sigmask(SIG_SETMASK, &old, NULL);
-    if (rc)
-        return -rc;
-    pthread_detach(t);
-    struct sigaction sa;
-    memset(&sa, 0, sizeof sa);
-    sa.sa_handler = on_dump_signal;
-    sa.sa_flags = SA_RESTART;
-    sigemptyset(&sa.sa_mask);
-    return sigaction(sig, &sa, NULL) == 0 ? 0 : -errno;
 }
 
 int crawl_heap_profile_from_options(void)
@@ -447,7 +399,7 @@ int crawl_heap_profile_from_options(void)
     static int dumping;
     if (o->heap_profile_signal && !__atomic_exchange_n(&dumping, 1, __ATOMIC_ACQ_REL)) {
         int was = hp_inside_enter();
-        rc = start_dump_thread((int)o->heap_profile_signal);
+        rc = sw_on_signal_run((int)o->heap_profile_signal, dump_now, NULL);
         hp_inside_leave(was);
         if (rc)
             return rc;

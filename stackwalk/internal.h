@@ -342,6 +342,10 @@ static inline __attribute__((always_inline)) int sw_cfi_next(const sw_cursor *c,
 /* Walk from regs (the frame of the function that captured them, skip
  * frames of crawl's own are not reported). gregs: a signal context's
  * registers, or NULL. */
+/* threads.c: on signal sig, fn(arg) runs on a helper thread that takes no
+ * signal (the handler writes a byte to a pipe). 0 or a negative errno. */
+int sw_on_signal_run(int sig, void (*fn)(void *), void *arg);
+
 /* The pcs above the frame whose registers are regs (as sw_walk with skip 1
  * would report them), without a callback: at most max. */
 unsigned sw_backtrace(const crawl_regs *regs, uintptr_t *pcs, unsigned max, unsigned flags);

@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <gc/gc.h>
 #include <unistd.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -38,6 +39,7 @@ static const char usage[] =
     "               when it ends, with script frames in the stacks: FILE.svg flame\n"
     "               graph, .pb.gz pprof, .json, .folded, else text\n"
     "  --help       this text\n"
+    "SIGQUIT (Ctrl-\\) prints every thread's mixed stack to stderr and goes on.\n"
     "Exit status: 0 success, 1 script error, 2 bad usage.\n";
 
 /* --sanitize=sampled: native buffers through crawl's guarded pool, one in
@@ -202,6 +204,7 @@ int main(int argc, char **argv)
 
     GC_INIT();
     crawl_thread_attach();
+    crawl_install_thread_dump(SIGQUIT, STDERR_FILENO);   /* a thread dump, as the JVM's */
 #ifndef CRAWLVM_NO_FRAMES
     crawl_boehm_install();
 #endif

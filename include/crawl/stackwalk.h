@@ -42,6 +42,7 @@
 
 #include <crawl/frames.h>
 #include <ucontext.h>
+#include <sys/types.h>
 
 #ifdef __cplusplus
 extern "C" {
@@ -118,6 +119,40 @@ CRAWL_API crawl_walk_status crawl_walk_context(const ucontext_t *uc, crawl_walk_
  * the fastest way to capture a stack (bench/walk). Signal safety and
  * allocation as crawl_walk. */
 CRAWL_API int crawl_backtrace(uintptr_t *pcs, int max, unsigned flags);
+
+/* Walk another attached thread of this process (tid as gettid() gives it):
+ * the target is stopped with a signal (crawl_set_walk_signal; SIGRTMIN+3
+ * by default), its handler walks its own stack from the interrupted
+ * context (a signal-safe walk: modules' rules are compiled ahead, once, by
+ * crawl_cfi_cache_warm on the first call) into a buffer of at most 256
+ * frames, and waits; fn then gets each frame on the calling thread, in
+ * order, while the target stays stopped; then the target goes on. The
+ * target may be stopped anywhere, holding any lock (malloc's included): fn
+ * must not take locks the target could hold -- copy what it needs (Frame
+ * descriptions are fine: crawl_print_all_threads symbolizes native frames
+ * only after the target went on). cf->thread is the target's number.
+ * 0; -EINVAL (bad arguments); -ESRCH (no attached thread with that tid, or
+ * it exited before it stopped); -ETIMEDOUT (it did not stop within
+ * timeout_ms: the signal is blocked, or it is stuck in the kernel with
+ * the signal pending); -EIO (its stack was inconsistent: what could be
+ * walked was reported). The calling thread itself is walked directly.
+ * Thread-safe (one walk of another thread at a time); not async-signal-safe. */
+CRAWL_API int crawl_walk_thread(pid_t tid, crawl_walk_fn fn, void *ctx, unsigned flags,
+                                int timeout_ms);
+/* The signal crawl_walk_thread sends (installs its handler). 0 or a
+ * negative errno value. Thread-safe. */
+CRAWL_API int crawl_set_walk_signal(int sig);
+/* A thread dump in Java's jstack shape: a header line, then per attached
+ * thread, oldest first, a '"name" TN tid=TID' line (name from
+ * /proc/self/task/TID/comm) and its mixed stack, one "    #N ..." line a
+ * frame (native frames symbolized with file:line), or a line saying why it
+ * was not walked. The number of threads walked, or -EINVAL. Not
+ * async-signal-safe; thread-safe. */
+CRAWL_API int crawl_print_all_threads(int fd, unsigned flags);
+/* Opt-in: on signal sig (SIGQUIT, as the JVM), a helper thread (which
+ * takes no signal itself) writes crawl_print_all_threads to fd. The
+ * handler only writes a byte to a pipe. 0 or a negative errno value. */
+CRAWL_API int crawl_install_thread_dump(int sig, int fd);
 
 /* ---- the crawl frame handed to the callback (async-signal-safe) ---------
  * A callback runs once per frame, so the accessors are inline: the layout

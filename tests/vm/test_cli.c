@@ -479,6 +479,48 @@ static void expect_runs_or_refuses(const proc *p, const char *want_out)
         EXPECT_IN(p->err, "error: expression nested too deeply for the C stack");
 }
 
+/* SIGQUIT: crawlvm prints a thread dump with the script frames and goes on. */
+static void test_sigquit_thread_dump(void **state)
+{
+    (void)state;
+    char out_path[] = "/tmp/crawlvm-out-XXXXXX", err_path[] = "/tmp/crawlvm-err-XXXXXX";
+    int out = mkstemp(out_path), err = mkstemp(err_path);
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_adddup2(&fa, out, STDOUT_FILENO);
+    posix_spawn_file_actions_adddup2(&fa, err, STDERR_FILENO);
+    const char *argv[] = {CRAWLVM_PATH, "-e",
+                          "(print \"ready\") (define i 0)"
+                          " (define (spin) (while (< i 2000000000) (set! i (+ i 1)))) (spin)",
+                          NULL};
+    pid_t pid;
+    assert_int_equal(posix_spawn(&pid, CRAWLVM_PATH, &fa, NULL, (char **)argv, environ), 0);
+    posix_spawn_file_actions_destroy(&fa);
+    char buf[16384];
+    int sent = 0, found = 0;
+    for (int i = 0; i < 1000 && !found; i++) {
+        usleep(10000);
+        ssize_t n = pread(sent ? err : out, buf, sizeof buf - 1, 0);
+        buf[n > 0 ? n : 0] = '\0';
+        if (!sent && strstr(buf, "ready")) {
+            kill(pid, SIGQUIT);
+            sent = 1;
+        } else if (sent && strstr(buf, "#0 in spin -e:1") && strstr(buf, "#1 in <toplevel> -e:1")) {
+            found = 1;
+        }
+    }
+    kill(pid, SIGKILL);
+    int status;
+    waitpid(pid, &status, 0);
+    unlink(out_path), unlink(err_path);
+    close(out), close(err);
+    if (!found)
+        fail_msg("no thread dump with the script frames (SIGQUIT %s):\n%s", sent ? "sent" : "not sent", buf);
+    EXPECT_IN(buf, "crawl thread dump (pid ");
+    /* it went on after the dump: SIGKILL ended it, not SIGQUIT */
+    assert_true(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL);
+}
+
 static void test_deep_nesting_small_stack(void **state)
 {
     (void)state;
@@ -533,6 +575,7 @@ int main(void)
         cmocka_unit_test(test_callback_limits),
         cmocka_unit_test(test_sanitize_overflow_and_go_on),
         cmocka_unit_test(test_deep_nesting_small_stack),
+        cmocka_unit_test(test_sigquit_thread_dump),
     };
     return cmocka_run_group_tests_name("crawlvm-cli", tests, NULL, NULL);
 }

@@ -1,0 +1,383 @@
+/* Walks of other threads and thread dumps. crawl_walk_thread stops the
+ * target with a signal; its handler walks the target's own stack from the
+ * interrupted context (a signal-safe walk, into a fixed buffer of frame
+ * copies), tells the requester and waits; the requester hands each frame
+ * to the callback in normal context, then lets the target go. The target
+ * is stopped for the whole callback run, so Frames and VM activations the
+ * copies point to stay valid. One request at a time (a mutex). */
+#include <errno.h>
+#include <fcntl.h>
+#include <linux/futex.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "stackwalk/internal.h"
+
+#define MAX_FRAMES 256
+
+typedef struct copy {
+    crawl_cf cf;
+    crawl_regs regs;
+    crawl_vm_frame vm;
+} copy;
+
+/* The request being served. state: 0 idle, 1 sent, 2 walked (target
+ * waits), 3 released. */
+static struct {
+    pid_t tid;
+    unsigned flags;
+    atomic_int state;
+    crawl_walk_status status;
+    unsigned n;
+    copy frames[MAX_FRAMES];
+} req;
+static pthread_mutex_t req_lock = PTHREAD_MUTEX_INITIALIZER;
+static int walk_signal;                 /* 0 until first use */
+
+static long futex(atomic_int *addr, int op, int val, const struct timespec *timeout)
+{
+    return syscall(SYS_futex, addr, op, val, timeout, NULL, 0);
+}
+
+static crawl_action keep(const crawl_cf *cf, void *ctx)
+{
+    (void)ctx;
+    if (req.n == MAX_FRAMES)
+        return CRAWL_ABORT;
+    copy *c = &req.frames[req.n++];
+    c->cf = *cf;
+    if (cf->regs) {
+        c->regs = *cf->regs;
+        c->cf.regs = &c->regs;
+    }
+    if (cf->vm) {
+        c->vm = *cf->vm;
+        c->cf.vm = &c->vm;
+    }
+    return CRAWL_CONTINUE;
+}
+
+static void on_walk_signal(int sig, siginfo_t *si, void *ucv)
+{
+    (void)sig, (void)si;
+    int saved = errno;
+    if (atomic_load(&req.state) != 1 || req.tid != (pid_t)syscall(SYS_gettid)) {
+        errno = saved;                   /* late or stray: nothing asked of this thread */
+        return;
+    }
+    req.n = 0;
+    req.status = crawl_walk_context((const ucontext_t *)ucv, keep, NULL,
+                                    req.flags | CRAWL_WALK_SIGNAL_SAFE);
+    atomic_store(&req.state, 2);
+    futex(&req.state, FUTEX_WAKE_PRIVATE, 1, NULL);
+    while (atomic_load(&req.state) == 2)  /* stopped while the callback runs */
+        futex(&req.state, FUTEX_WAIT_PRIVATE, 2, NULL);
+    errno = saved;
+}
+
+int crawl_set_walk_signal(int sig)
+{
+    if (sig <= 0 || sig >= NSIG || sig == SIGKILL || sig == SIGSTOP)
+        return -EINVAL;
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_sigaction = on_walk_signal;
+    sa.sa_flags = SA_SIGINFO | SA_RESTART;
+    sigemptyset(&sa.sa_mask);
+    pthread_mutex_lock(&req_lock);
+    int rc = sigaction(sig, &sa, NULL) == 0 ? 0 : -errno;
+    if (!rc)
+        walk_signal = sig;
+    pthread_mutex_unlock(&req_lock);
+    return rc;
+}
+
+typedef struct find_thread {
+    pid_t tid;
+    int found;
+    unsigned seq;
+} find_thread;
+
+static void match_tid(crawl__thread *th, void *ctx)
+{
+    find_thread *f = ctx;
+    if (th->tid == f->tid)
+        f->found = 1, f->seq = th->seq;
+}
+
+int crawl_walk_thread(pid_t tid, crawl_walk_fn fn, void *ctx, unsigned flags, int timeout_ms)
+{
+    if (!fn || tid <= 0 || timeout_ms < 0)
+        return -EINVAL;
+    if (tid == (pid_t)syscall(SYS_gettid))
+        return crawl_walk(fn, ctx, flags) == CRAWL_WALK_FAILED ? -EIO : 0;
+    find_thread f = {.tid = tid};
+    crawl__threads_foreach_locked(match_tid, &f);
+    if (!f.found)
+        return -ESRCH;                   /* not an attached thread of this process */
+    if (!walk_signal) {
+        int rc = crawl_set_walk_signal(SIGRTMIN + 3);
+        if (rc)
+            return rc;
+    }
+    static int warmed;                   /* signal-safe walks use rules compiled ahead */
+    if (!(flags & CRAWL_WALK_FAST) && !__atomic_exchange_n(&warmed, 1, __ATOMIC_ACQ_REL))
+        crawl_cfi_cache_warm();
+    pthread_mutex_lock(&req_lock);
+    req.tid = tid;
+    req.flags = flags & ~CRAWL_WALK_SIGNAL_SAFE;
+    atomic_store(&req.state, 1);
+    if (syscall(SYS_tgkill, getpid(), tid, walk_signal) != 0) {
+        int err = errno;
+        atomic_store(&req.state, 0);
+        pthread_mutex_unlock(&req_lock);
+        return err == ESRCH ? -ESRCH : -err;
+    }
+    struct timespec deadline, now;
+    clock_gettime(CLOCK_MONOTONIC, &deadline);
+    deadline.tv_sec += timeout_ms / 1000;
+    deadline.tv_nsec += (long)(timeout_ms % 1000) * 1000000L;
+    if (deadline.tv_nsec >= 1000000000L)
+        deadline.tv_sec++, deadline.tv_nsec -= 1000000000L;
+    int rc = 0;
+    while (atomic_load(&req.state) == 1) {
+        clock_gettime(CLOCK_MONOTONIC, &now);
+        struct timespec left = {deadline.tv_sec - now.tv_sec, deadline.tv_nsec - now.tv_nsec};
+        if (left.tv_nsec < 0)
+            left.tv_sec--, left.tv_nsec += 1000000000L;
+        if (left.tv_sec < 0) {
+            /* withdraw, unless the handler took the request meanwhile */
+            int expected = 1;
+            if (atomic_compare_exchange_strong(&req.state, &expected, 0)) {
+                rc = syscall(SYS_tgkill, getpid(), tid, 0) != 0 ? -ESRCH : -ETIMEDOUT;
+                break;
+            }
+            continue;
+        }
+        futex(&req.state, FUTEX_WAIT_PRIVATE, 1, &left);
+    }
+    if (!rc) {
+        for (unsigned i = 0; i < req.n; i++) {
+            req.frames[i].cf.thread = f.seq;
+            if (fn(&req.frames[i].cf, ctx) == CRAWL_ABORT)
+                break;
+        }
+        if (req.status == CRAWL_WALK_FAILED)
+            rc = -EIO;                   /* what could be walked was reported */
+        atomic_store(&req.state, 3);
+        futex(&req.state, FUTEX_WAKE_PRIVATE, 1, NULL);
+    }
+    pthread_mutex_unlock(&req_lock);
+    return rc;
+}
+
+/* ---- thread dumps ------------------------------------------------------------------------ */
+
+typedef struct dump_list {
+    pid_t tids[1024];
+    unsigned seqs[1024];
+    unsigned n;
+} dump_list;
+
+static void collect(crawl__thread *th, void *ctx)
+{
+    dump_list *l = ctx;
+    if (l->n < 1024) {
+        l->tids[l->n] = th->tid;
+        l->seqs[l->n++] = th->seq;
+    }
+}
+
+/* A stopped thread may hold any lock (malloc's, libdw's): while it is
+ * stopped only the Frames' own descriptions are taken (VM hooks that write
+ * into a buffer); native frames are symbolized after it goes on. */
+typedef struct dump_frame {
+    crawl_kind kind;
+    unsigned exact;
+    uintptr_t ip;
+    char text[256];
+} dump_frame;
+
+typedef struct dump_out {
+    dump_frame f[MAX_FRAMES];
+    unsigned n;
+} dump_out;
+
+static crawl_action keep_line(const crawl_cf *cf, void *ctx)
+{
+    dump_out *o = ctx;
+    if (o->n == MAX_FRAMES)
+        return CRAWL_ABORT;
+    dump_frame *d = &o->f[o->n++];
+    d->kind = cf->kind;
+    d->ip = cf->ip;
+    d->exact = (cf->flags & CRAWL_CF_EXACT_IP) != 0;
+    d->text[0] = '\0';
+    if (cf->kind != CRAWL_CF_NATIVE)
+        crawl_cf_describe(cf, d->text, sizeof d->text);
+    return CRAWL_CONTINUE;
+}
+
+static void print_lines(int fd, const dump_out *o)
+{
+    char line[1024], text[768];
+    for (unsigned i = 0; i < o->n; i++) {
+        const dump_frame *d = &o->f[i];
+        int k;
+        if (d->kind == CRAWL_CF_NATIVE) {
+            sw_describe_pc(d->ip, (int)d->exact, text, sizeof text);
+            k = snprintf(line, sizeof line, "    #%u 0x%lx in %s\n", i, (unsigned long)d->ip, text);
+        } else {
+            k = snprintf(line, sizeof line, "    #%u in %s\n", i, d->text);
+        }
+        if (k > 0)
+            crawl__write_all(fd, line, (size_t)k < sizeof line ? (size_t)k : sizeof line - 1);
+    }
+}
+
+int crawl_print_all_threads(int fd, unsigned flags)
+{
+    if (fd < 0)
+        return -EINVAL;
+    static dump_list l;                  /* one dump at a time: under the request lock's shadow */
+    static pthread_mutex_t dump_lock = PTHREAD_MUTEX_INITIALIZER;
+    pthread_mutex_lock(&dump_lock);
+    l.n = 0;
+    crawl__threads_foreach_locked(collect, &l);
+    char head[512];
+    int k = snprintf(head, sizeof head, "crawl thread dump (pid %d): %u attached thread(s)\n",
+                     (int)getpid(), l.n);
+    crawl__write_all(fd, head, (size_t)k);
+    int walked = 0;
+    for (unsigned i = l.n; i-- > 0;) {   /* oldest first: the registry is newest first */
+        char name[64] = "?", path[64];
+        snprintf(path, sizeof path, "/proc/self/task/%d/comm", (int)l.tids[i]);
+        int cfd = open(path, O_RDONLY | O_CLOEXEC);
+        if (cfd >= 0) {
+            ssize_t r = read(cfd, name, sizeof name - 1);
+            close(cfd);
+            name[r > 0 ? r : 0] = '\0';
+            name[strcspn(name, "\n")] = '\0';
+        }
+        k = snprintf(head, sizeof head, "\n\"%s\" T%u tid=%d\n", name, l.seqs[i], (int)l.tids[i]);
+        crawl__write_all(fd, head, (size_t)k);
+        static dump_out o;               /* under dump_lock */
+        o.n = 0;
+        int rc = crawl_walk_thread(l.tids[i], keep_line, &o, flags, 1000);
+        print_lines(fd, &o);
+        if (rc == 0 || rc == -EIO)
+            walked++;
+        if (rc) {
+            k = snprintf(head, sizeof head, "    (%s)\n",
+                         rc == -ETIMEDOUT ? "did not stop within 1 s: signal blocked or busy"
+                         : rc == -ESRCH   ? "exited meanwhile"
+                         : rc == -EIO     ? "walk stopped at an inconsistent frame"
+                                          : "not walked");
+            crawl__write_all(fd, head, (size_t)k);
+        }
+    }
+    pthread_mutex_unlock(&dump_lock);
+    return walked;
+}
+
+/* ---- work on a signal, done by a helper thread -------------------------------------------- */
+
+#define MAX_SIGNAL_WORKERS 8
+static struct signal_worker {
+    int sig, pipe[2];
+    void (*fn)(void *);
+    void *arg;
+} workers[MAX_SIGNAL_WORKERS];
+static pthread_mutex_t workers_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static void on_work_signal(int sig)
+{
+    int saved = errno;
+    for (int i = 0; i < MAX_SIGNAL_WORKERS; i++)
+        if (__atomic_load_n(&workers[i].sig, __ATOMIC_ACQUIRE) == sig) {
+            char b = 1;
+            ssize_t k = write(workers[i].pipe[1], &b, 1);   /* non-blocking: one pending is enough */
+            (void)k;
+        }
+    errno = saved;
+}
+
+static void *worker_thread(void *arg)
+{
+    struct signal_worker *w = arg;
+    for (;;) {
+        char b;
+        ssize_t k = read(w->pipe[0], &b, 1);
+        if (k < 0 && errno == EINTR)
+            continue;
+        if (k <= 0)
+            return NULL;
+        w->fn(w->arg);
+    }
+}
+
+int sw_on_signal_run(int sig, void (*fn)(void *), void *arg)
+{
+    if (sig <= 0 || sig >= NSIG || sig == SIGKILL || sig == SIGSTOP || !fn)
+        return -EINVAL;
+    pthread_mutex_lock(&workers_lock);
+    int rc = 0, slot = -1;
+    for (int i = 0; i < MAX_SIGNAL_WORKERS && slot < 0; i++)
+        if (workers[i].sig == sig || workers[i].sig == 0)
+            slot = i;
+    if (slot < 0) {
+        rc = -ENOSPC;
+        goto out;
+    }
+    struct signal_worker *w = &workers[slot];
+    if (w->sig == sig) {                 /* the same signal again: new work, same thread */
+        w->fn = fn, w->arg = arg;
+        goto out;
+    }
+    if (pipe2(w->pipe, O_CLOEXEC) != 0) {
+        rc = -errno;
+        goto out;
+    }
+    fcntl(w->pipe[1], F_SETFL, O_NONBLOCK);
+    w->fn = fn, w->arg = arg;
+    sigset_t all, old;
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &old);   /* the helper never takes a signal */
+    pthread_t t;
+    rc = -pthread_create(&t, NULL, worker_thread, w);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    if (rc) {
+        close(w->pipe[0]), close(w->pipe[1]);
+        goto out;
+    }
+    pthread_detach(t);
+    __atomic_store_n(&w->sig, sig, __ATOMIC_RELEASE);
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_work_signal;
+    sa.sa_flags = SA_RESTART;
+    sigemptyset(&sa.sa_mask);
+    if (sigaction(sig, &sa, NULL) != 0)
+        rc = -errno;
+out:
+    pthread_mutex_unlock(&workers_lock);
+    return rc;
+}
+
+static void dump_to(void *fd)
+{
+    crawl_print_all_threads((int)(intptr_t)fd, 0);
+}
+
+int crawl_install_thread_dump(int sig, int fd)
+{
+    if (fd < 0)
+        return -EINVAL;
+    return sw_on_signal_run(sig, dump_to, (void *)(intptr_t)fd);
+}
