@@ -215,6 +215,8 @@ static int apply(const char *s)
         }
     }
     pthread_mutex_unlock(&options_lock);
+    if (rc == 0 && o.perf_map != old->o.perf_map)
+        crawl_perf_map(o.perf_map);      /* stackwalk's own switch */
     if (rc == 0 && help)
         print_help();
     if (rc == 0)
@@ -261,6 +263,14 @@ static void init(void)
     const char *env = getauxval(AT_SECURE) ? NULL : getenv("CRAWL_OPTIONS");
     if (env)
         apply(env);
+}
+
+/* Options that act without a sanitizer call (perf_map): read at load. */
+__attribute__((constructor)) static void options_at_load(void)
+{
+    const char *env = getauxval(AT_SECURE) ? NULL : getenv("CRAWL_OPTIONS");
+    if (crawl_default_options || (env && strstr(env, "perf_map")))
+        pthread_once(&once, init);
 }
 
 const san_options *san_opts(void)

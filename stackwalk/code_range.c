@@ -5,10 +5,13 @@
  * replaced tables only when it sees no reader, which with sequentially
  * consistent operations means no reader can still hold one. */
 #include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
+#include <stdio.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "stackwalk/internal.h"
 
@@ -93,6 +96,64 @@ static void publish(sw_range_table *t)
     }
 }
 
+/* ---- perf's map of JIT code: /tmp/perf-PID.map ("START SIZE name" lines,
+ * hex without 0x; perf takes the last line covering an address, so a
+ * removal is not written: the next range added there replaces it). ---- */
+
+static int perf_map_on;                 /* under writer_lock */
+static int perf_map_fd = -1;
+static pid_t perf_map_pid;
+
+/* The map file of this process, open (under writer_lock; a fork child
+ * opens its own). 0 or a negative errno value. */
+static int perf_map_open(void)
+{
+    pid_t pid = getpid();
+    if (perf_map_fd >= 0 && perf_map_pid == pid)
+        return 0;
+    if (perf_map_fd >= 0)
+        close(perf_map_fd);
+    char path[64];
+    snprintf(path, sizeof path, "/tmp/perf-%d.map", (int)pid);
+    perf_map_fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+    perf_map_pid = pid;
+    return perf_map_fd < 0 ? -errno : 0;
+}
+
+/* One line for r (under writer_lock). */
+static void perf_map_line(const crawl_code_range *r)
+{
+    if (!perf_map_on || perf_map_open() != 0)
+        return;
+    char line[512];
+    int k = snprintf(line, sizeof line, "%lx %lx %s\n", (unsigned long)r->start,
+                     (unsigned long)(r->end - r->start), r->name ? r->name : "[JIT]");
+    if (k <= 0)
+        return;
+    if ((size_t)k >= sizeof line) {
+        k = sizeof line - 1;
+        line[k - 1] = '\n';
+    }
+    crawl__write_all(perf_map_fd, line, (size_t)k);   /* O_APPEND: one line, one write */
+}
+
+int crawl_perf_map(int on)
+{
+    pthread_mutex_lock(&writer_lock);
+    int rc = 0;
+    if (on && !perf_map_on) {
+        rc = perf_map_open();
+        perf_map_on = rc == 0;
+        const sw_range_table *t = atomic_load(&current);   /* the ranges so far */
+        for (size_t i = 0; perf_map_on && t && i < t->n; i++)
+            perf_map_line(&t->r[i]);
+    } else if (!on) {
+        perf_map_on = 0;
+    }
+    pthread_mutex_unlock(&writer_lock);
+    return rc;
+}
+
 static int rule_valid(const crawl_unwind_rule *rule)
 {
     if (!rule)
@@ -130,6 +191,7 @@ int crawl_code_range_add(uintptr_t start, uintptr_t end, const void *method,
     if (n > pos)
         memcpy(t->r + pos + 1, old->r + pos, (n - pos) * sizeof t->r[0]);
     publish(t);
+    perf_map_line(&t->r[pos]);
     pthread_mutex_unlock(&writer_lock);
     return 0;
 }

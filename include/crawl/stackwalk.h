@@ -248,6 +248,16 @@ CRAWL_API int crawl_code_range_remove(uintptr_t start);
 /* Find the range holding ip: 1 and *out filled, or 0. Lock-free, O(log n),
  * async-signal-safe. */
 CRAWL_API int crawl_code_range_find(uintptr_t ip, crawl_code_range *out);
+/* perf's map of JIT code: with on, every code range (those registered so
+ * far, then each one added) gets a line "START SIZE name" (hex) in
+ * /tmp/perf-PID.map, so `perf report` names JIT frames; a fork child writes
+ * its own file. Removals are not written (the format has none): perf takes
+ * the last line covering an address, so a range added later at the same
+ * place replaces the old name. CRAWL_OPTIONS=perf_map=1 turns it on when
+ * libcrawl loads. 0, or a negative errno value when the file cannot be
+ * opened. Thread-safe; not async-signal-safe. The file is left for perf
+ * to read after the process exits, as perf expects. */
+CRAWL_API int crawl_perf_map(int on);
 
 /* 1 if pc lies in a loaded module's executable segment (as of the last
  * normal-context walk's view of the loaded modules) or in a registered
