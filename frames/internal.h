@@ -54,6 +54,9 @@ extern atomic_ulong crawl__exited_counts[CRAWL__THREAD_COUNTS];
 
 /* Attach the calling thread if needed; 0 or a negative errno. */
 int crawl__ensure_attached(crawl__thread *th);
+/* Called on the thread at the end of each attach (normal context), when an
+ * upper layer set it: the profiler starts the new thread's timer. */
+extern void (*crawl__attach_hook)(void);
 
 /* 1 if [addr, addr+size) lies on th's stack or on the signal stack the
  * thread is running on right now. Async-signal-safe. */

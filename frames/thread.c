@@ -25,6 +25,8 @@ static pthread_once_t exit_key_once = PTHREAD_ONCE_INIT;
  * list consistent, and its node stays valid until it exits. */
 #define PUBLISH(lvalue, value) __atomic_store_n(&(lvalue), (value), __ATOMIC_RELEASE)
 
+void (*crawl__attach_hook)(void);
+
 static void registry_unlink(crawl__thread *th)
 {
     if (th->reg_prev)
@@ -143,6 +145,9 @@ int crawl_thread_attach(void)
         registry_head->reg_prev = th;
     PUBLISH(registry_head, th);
     pthread_mutex_unlock(&registry_lock);
+    void (*hook)(void) = __atomic_load_n(&crawl__attach_hook, __ATOMIC_ACQUIRE);
+    if (hook)
+        hook();                          /* an upper layer's (the profiler's timer) */
     return 0;
 }
 

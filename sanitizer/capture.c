@@ -64,6 +64,18 @@ unsigned san_capture_words(const crawl_regs *from, unsigned max, unsigned flags,
     return n;
 }
 
+uint32_t san_capture_uc(const ucontext_t *uc, unsigned max, unsigned flags)
+{
+    capture c;
+    c.n = c.frames = 0;
+    c.max = max < 1 ? 1 : max > CRAWL_DEPOT_MAX_FRAMES ? CRAWL_DEPOT_MAX_FRAMES : max;
+    crawl_regs r;
+    sw_regs_from_ucontext(&r, uc);
+    sw_walk(&r, 1, 0, add_frame, &c,
+            (flags & (CRAWL_WALK_FAST | CRAWL_WALK_SIGNAL_SAFE)) | CRAWL_WALK_FUNCTIONS_ONLY);
+    return c.n ? crawl_depot_put(c.words, c.n) : 0;
+}
+
 uint32_t san_capture_at(const crawl_regs *from, unsigned max, unsigned flags)
 {
     uintptr_t words[CRAWL_DEPOT_MAX_FRAMES];

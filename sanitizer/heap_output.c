@@ -404,9 +404,31 @@ void ho_free(ho_profile *p)
 
 /* ---- text, JSON, collapsed ------------------------------------------------------------------- */
 
+static void write_frames(ho_out *o, const ho_profile *p, const ho_group *g)
+{
+    for (unsigned k = 0; k < g->nframes; k++) {
+        const ho_frame *f = &p->frames[g->frames[k]];
+        if (f->kind == HO_NATIVE)
+            ho_printf(o, "    #%u 0x%lx in %s\n", k, (unsigned long)f->pc, ho_str(p, f->text));
+        else
+            ho_printf(o, "    #%u in %s\n", k, ho_str(p, f->text));
+    }
+    ho_write(o, "\n", 1);
+}
+
 static void write_text(ho_out *o, const ho_profile *p)
 {
     const hp_snap *s = p->snap;
+    if (s->kind == HP_KIND_CPU) {
+        ho_printf(o, "crawl CPU profile (pid %d): %.0f samples, one every %.3f ms of a thread's CPU time\n\n",
+                  (int)getpid(), p->total_bytes, (double)s->period_ns / 1e6);
+        for (size_t i = 0; i < p->ngroups; i++) {
+            const ho_group *g = &p->groups[i];
+            ho_printf(o, "%.0f sample(s) in:\n", g->bytes);
+            write_frames(o, p, g);
+        }
+        return;
+    }
     ho_printf(o, "crawl heap profile (pid %d): %zu bytes live in %zu objects", (int)getpid(),
               p->live_bytes, p->live_objects);
     if (s->sample_bytes)
@@ -422,14 +444,7 @@ static void write_text(ho_out *o, const ho_profile *p)
     for (size_t i = 0; i < p->ngroups; i++) {
         const ho_group *g = &p->groups[i];
         ho_printf(o, "%.0f byte(s) in %.0f object(s) allocated from:\n", g->bytes, g->objects);
-        for (unsigned k = 0; k < g->nframes; k++) {
-            const ho_frame *f = &p->frames[g->frames[k]];
-            if (f->kind == HO_NATIVE)
-                ho_printf(o, "    #%u 0x%lx in %s\n", k, (unsigned long)f->pc, ho_str(p, f->text));
-            else
-                ho_printf(o, "    #%u in %s\n", k, ho_str(p, f->text));
-        }
-        ho_write(o, "\n", 1);
+        write_frames(o, p, g);
     }
 }
 
@@ -482,32 +497,60 @@ static void folded_name(ho_out *o, const ho_profile *p, const ho_frame *f)
         ho_write(o, *s == ';' ? ":" : *s == '\n' ? " " : s, 1);
 }
 
-static void write_folded(ho_out *o, const ho_profile *p)
+typedef struct folded_line {
+    char *text;
+    double value;
+} folded_line;
+
+static int by_text(const void *a, const void *b)
 {
-    for (size_t i = 0; i < p->ngroups; i++) {
-        const ho_group *g = &p->groups[i];
-        for (unsigned k = g->nframes; k-- > 0;) {
-            folded_name(o, p, &p->frames[g->frames[k]]);
-            if (k)
-                ho_write(o, ";", 1);
-        }
-        ho_printf(o, " %.0f\n", g->bytes);
-    }
+    return strcmp(((const folded_line *)a)->text, ((const folded_line *)b)->text);
 }
 
-int crawl_heap_profile_write_fd(int fd, crawl_heap_format format)
+/* One line per distinct text (stacks that differ only where the names do
+ * not show, a script position within one line say, are summed). */
+static void write_folded(ho_out *o, const ho_profile *p)
 {
-    if (fd < 0 || (unsigned)format > CRAWL_HEAP_PPROF)
-        return -EINVAL;
-    int was = hp_inside_enter();
-    hp_snap s;
-    int rc = hp_snapshot(&s);
-    if (rc) {
-        hp_inside_leave(was);
-        return rc;
+    folded_line *lines = calloc(p->ngroups + 1, sizeof *lines);
+    ho_out *line = malloc(sizeof *line);
+    if (!lines || !line) {
+        free(lines), free(line);
+        o->err = 1;
+        return;
     }
+    size_t n = 0;
+    for (size_t i = 0; i < p->ngroups; i++) {
+        const ho_group *g = &p->groups[i];
+        ho_init(line, -1);
+        for (unsigned k = g->nframes; k-- > 0;) {
+            folded_name(line, p, &p->frames[g->frames[k]]);
+            if (k)
+                ho_write(line, ";", 1);
+        }
+        lines[n].text = strndup(line->buf, line->n < sizeof line->buf ? line->n : sizeof line->buf - 1);
+        lines[n].value = g->bytes;
+        if (lines[n].text)
+            n++;
+    }
+    if (n)
+        qsort(lines, n, sizeof *lines, by_text);
+    for (size_t i = 0; i < n;) {
+        size_t j = i + 1;
+        double v = lines[i].value;
+        for (; j < n && strcmp(lines[j].text, lines[i].text) == 0; j++)
+            v += lines[j].value;
+        ho_printf(o, "%s %.0f\n", lines[i].text, v);
+        i = j;
+    }
+    for (size_t i = 0; i < n; i++)
+        free(lines[i].text);
+    free(lines), free(line);
+}
+
+int ho_write_snap(int fd, crawl_heap_format format, hp_snap *s)
+{
     ho_profile p;
-    rc = ho_build(&p, &s);
+    int rc = ho_build(&p, s);
     ho_out *o = rc ? NULL : malloc(sizeof *o);
     if (!rc && !o)
         rc = -ENOMEM;
@@ -526,7 +569,20 @@ int crawl_heap_profile_write_fd(int fd, crawl_heap_format format)
         free(o);
     }
     ho_free(&p);
-    hp_snapshot_free(&s);
+    return rc;
+}
+
+int crawl_heap_profile_write_fd(int fd, crawl_heap_format format)
+{
+    if (fd < 0 || (unsigned)format > CRAWL_HEAP_PPROF)
+        return -EINVAL;
+    int was = hp_inside_enter();
+    hp_snap s;
+    int rc = hp_snapshot(&s);
+    if (!rc) {
+        rc = ho_write_snap(fd, format, &s);
+        hp_snapshot_free(&s);
+    }
     hp_inside_leave(was);
     return rc;
 }
@@ -552,15 +608,20 @@ crawl_heap_format crawl_heap_format_for(const char *path)
     return CRAWL_HEAP_TEXT;
 }
 
-int crawl_heap_profile_write(const char *path)
+int ho_write_path(const char *path, int (*to_fd)(int fd, crawl_heap_format format))
 {
     if (!path || !*path)
         return -EINVAL;
     int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (fd < 0)
         return -errno;
-    int rc = crawl_heap_profile_write_fd(fd, crawl_heap_format_for(path));
+    int rc = to_fd(fd, crawl_heap_format_for(path));
     if (close(fd) != 0 && !rc)
         rc = -errno;
     return rc;
+}
+
+int crawl_heap_profile_write(const char *path)
+{
+    return ho_write_path(path, crawl_heap_profile_write_fd);
 }

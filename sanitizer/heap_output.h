@@ -58,6 +58,11 @@ void ho_free(ho_profile *p);
 const char *ho_str(const ho_profile *p, unsigned id);
 unsigned ho_intern(ho_profile *p, const char *s);   /* 0 for "" (and when out of memory) */
 
+/* The snapshot in format to fd (snapshot sorted in place). 0 or -errno. */
+int ho_write_snap(int fd, crawl_heap_format format, hp_snap *s);
+/* path created or truncated, then write_fd(fd, the format of its extension). */
+int ho_write_path(const char *path, int (*to_fd)(int fd, crawl_heap_format format));
+
 int ho_write_svg(ho_out *o, const ho_profile *p);     /* heap_svg.c */
 int ho_write_pprof(ho_out *o, const ho_profile *p);   /* heap_pprof.c */
 

@@ -107,8 +107,13 @@ int ho_write_pprof(ho_out *o, const ho_profile *cp)
         for (unsigned k = 0; k < g->nframes; k++)
             ids[at++] = g->frames[k];    /* the leaf (newest) first, as pprof wants */
         samples[i].n_location_id = g->nframes;
-        values[2 * i] = (int64_t)(g->objects + 0.5);
-        values[2 * i + 1] = (int64_t)(g->bytes + 0.5);
+        if (p->snap->kind == HP_KIND_CPU) {   /* samples, and the CPU time they stand for */
+            values[2 * i] = (int64_t)(g->bytes + 0.5);
+            values[2 * i + 1] = values[2 * i] * (int64_t)p->snap->period_ns;
+        } else {
+            values[2 * i] = (int64_t)(g->objects + 0.5);
+            values[2 * i + 1] = (int64_t)(g->bytes + 0.5);
+        }
         samples[i].value = &values[2 * i];
         samples[i].n_value = 2;
         samplep[i] = &samples[i];
@@ -116,10 +121,11 @@ int ho_write_pprof(ho_out *o, const ho_profile *cp)
     pb_type types[2], *typep[2] = {&types[0], &types[1]};
     perftools__profiles__value_type__init(&types[0]);
     perftools__profiles__value_type__init(&types[1]);
-    types[0].type = ho_intern(p, "inuse_objects");
+    int cpu = p->snap->kind == HP_KIND_CPU;
+    types[0].type = ho_intern(p, cpu ? "samples" : "inuse_objects");
     types[0].unit = ho_intern(p, "count");
-    types[1].type = ho_intern(p, "inuse_space");
-    types[1].unit = ho_intern(p, "bytes");
+    types[1].type = ho_intern(p, cpu ? "cpu" : "inuse_space");
+    types[1].unit = ho_intern(p, cpu ? "nanoseconds" : "bytes");
 
     pb_profile prof;
     perftools__profiles__profile__init(&prof);
@@ -132,7 +138,13 @@ int ho_write_pprof(ho_out *o, const ho_profile *cp)
     prof.n_function = nfunc;
     prof.function = funcp;
     pb_type period;
-    if (p->snap->sample_bytes) {         /* byte samples: say so (values are already scaled) */
+    if (cpu) {
+        perftools__profiles__value_type__init(&period);
+        period.type = ho_intern(p, "cpu");
+        period.unit = ho_intern(p, "nanoseconds");
+        prof.period_type = &period;
+        prof.period = (int64_t)p->snap->period_ns;
+    } else if (p->snap->sample_bytes) {  /* byte samples: say so (values are already scaled) */
         perftools__profiles__value_type__init(&period);
         period.type = ho_intern(p, "space");
         period.unit = ho_intern(p, "bytes");

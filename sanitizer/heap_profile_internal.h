@@ -20,9 +20,13 @@ typedef struct hp_entry {
     uint32_t flags;
 } hp_entry;
 
+enum { HP_KIND_HEAP, HP_KIND_CPU };     /* hp_snap.kind: CPU entries are stacks, size their samples */
+
 typedef struct hp_snap {
     hp_entry *e;                        /* n entries (mmap'ed, cap) */
     size_t n, cap;
+    int kind;
+    unsigned long period_ns;            /* CPU: the sampling period */
     unsigned long sample_bytes;         /* 0: every allocation has its stack */
     unsigned long dropped;
 } hp_snap;

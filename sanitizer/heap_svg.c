@@ -23,10 +23,13 @@ typedef struct tree {
     unsigned depth;
 } tree;
 
-static unsigned child(tree *t, unsigned parent, unsigned frame)
+/* The child of parent for frame: frames with the same text are one box (a
+ * script function at two positions of one line, say). */
+static unsigned child(const ho_profile *p, tree *t, unsigned parent, unsigned frame)
 {
     for (unsigned c = t->n[parent].first; c; c = t->n[c].next)
-        if (t->n[c].frame == frame)
+        if (t->n[c].frame == frame || (p->frames[t->n[c].frame].text == p->frames[frame].text &&
+                                       p->frames[t->n[c].frame].kind == p->frames[frame].kind))
             return c;
     if (t->len == t->cap) {
         size_t cap = t->cap * 2;
@@ -94,9 +97,10 @@ static void box(ho_out *o, const ho_profile *p, const tree *t, unsigned i, doubl
     ho_printf(o, "<g class=\"%s\" data-depth=\"%u\" data-bytes=\"%.0f\"><title>", cls, depth,
               nd->bytes);
     xml_text(o, name, SIZE_MAX);
-    ho_printf(o, " (%.0f bytes, %.2f%%)</title><rect x=\"%.2f\" y=\"%.1f\" width=\"%.2f\" "
+    ho_printf(o, " (%.0f %s, %.2f%%)</title><rect x=\"%.2f\" y=\"%.1f\" width=\"%.2f\" "
                  "height=\"%d\" rx=\"2\" fill=\"rgb(%u,%u,%u)\"/>",
-              nd->bytes, 100.0 * nd->bytes / total, x, y, w, ROW - 1, r, g, b);
+              nd->bytes, p->snap->kind == HP_KIND_CPU ? "samples" : "bytes",
+              100.0 * nd->bytes / total, x, y, w, ROW - 1, r, g, b);
     size_t fit = w > 24 ? (size_t)((w - 6) / 7) : 0;
     if (fit >= 3) {
         ho_printf(o, "<text x=\"%.2f\" y=\"%.1f\">", x + 3, y + ROW - 5);
@@ -152,7 +156,7 @@ int ho_write_svg(ho_out *o, const ho_profile *p)
         unsigned at = 0;
         t.n[0].bytes += g->bytes;
         for (unsigned k = g->nframes; k-- > 0;) {
-            at = child(&t, at, g->frames[k]);
+            at = child(p, &t, at, g->frames[k]);
             if (!at) {
                 free(t.n);
                 return -ENOMEM;
@@ -174,11 +178,14 @@ int ho_write_svg(ho_out *o, const ho_profile *p)
                  "<style>text { font: 12px monospace; fill: #000; pointer-events: none; }"
                  " .title { font: 16px sans-serif; }</style>\n"
                  "<rect width=\"100%%\" height=\"100%%\" fill=\"#f8f8f4\"/>\n"
-                 "<text class=\"title\" x=\"%.0f\" y=\"22\" text-anchor=\"middle\">Live heap: "
-                 "%.0f bytes in %.0f objects (native frames warm, script frames blue)</text>\n"
-                 "<g transform=\"translate(10,0)\">\n",
-              WIDTH, height, WIDTH, height, t.n[0].bytes, WIDTH / 2, p->total_bytes,
-              p->total_objects);
+                 "<text class=\"title\" x=\"%.0f\" y=\"22\" text-anchor=\"middle\">",
+              WIDTH, height, WIDTH, height, t.n[0].bytes, WIDTH / 2);
+    if (p->snap->kind == HP_KIND_CPU)
+        ho_printf(o, "CPU: %.0f samples", p->total_bytes);
+    else
+        ho_printf(o, "Live heap: %.0f bytes in %.0f objects", p->total_bytes, p->total_objects);
+    ho_printf(o, " (native frames warm, script frames blue)</text>\n"
+                 "<g transform=\"translate(10,0)\">\n");
     if (p->ngroups)
         box(o, p, &t, 0, 0, 0, total);
     ho_write(o, "</g>\n</svg>\n", 12);

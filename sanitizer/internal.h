@@ -28,6 +28,8 @@ void san_depot_set_budget(size_t bytes);
  * (a public entry point captures its own: inlining below it cannot shift
  * the first frame), into the depot. */
 uint32_t san_capture_at(const crawl_regs *from, unsigned max, unsigned flags);
+/* The stack of a signal context, the interrupted frame first (exact pc). */
+uint32_t san_capture_uc(const ucontext_t *uc, unsigned max, unsigned flags);
 /* The same trace's words into out[0..cap) instead of the depot: their count. */
 unsigned san_capture_words(const crawl_regs *from, unsigned max, unsigned flags,
                            uintptr_t *out, unsigned cap);

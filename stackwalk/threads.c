@@ -13,6 +13,8 @@
 #include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
+#include <stdlib.h>
+#include <sys/mman.h>
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
@@ -35,7 +37,7 @@ static struct {
     atomic_int state;
     crawl_walk_status status;
     unsigned n;
-    copy frames[MAX_FRAMES];
+    copy *frames;                       /* MAX_FRAMES, mapped on first use (data stays small) */
 } req;
 static pthread_mutex_t req_lock = PTHREAD_MUTEX_INITIALIZER;
 static int walk_signal;                 /* 0 until first use */
@@ -130,6 +132,15 @@ int crawl_walk_thread(pid_t tid, crawl_walk_fn fn, void *ctx, unsigned flags, in
     if (!(flags & CRAWL_WALK_FAST) && !__atomic_exchange_n(&warmed, 1, __ATOMIC_ACQ_REL))
         crawl_cfi_cache_warm();
     pthread_mutex_lock(&req_lock);
+    if (!req.frames) {
+        void *m = mmap(NULL, MAX_FRAMES * sizeof(copy), PROT_READ | PROT_WRITE,
+                       MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        if (m == MAP_FAILED) {
+            pthread_mutex_unlock(&req_lock);
+            return -ENOMEM;
+        }
+        req.frames = m;
+    }
     req.tid = tid;
     req.flags = flags & ~CRAWL_WALK_SIGNAL_SAFE;
     atomic_store(&req.state, 1);
@@ -267,10 +278,13 @@ int crawl_print_all_threads(int fd, unsigned flags)
         }
         k = snprintf(head, sizeof head, "\n\"%s\" T%u tid=%d\n", name, l.seqs[i], (int)l.tids[i]);
         crawl__write_all(fd, head, (size_t)k);
-        static dump_out o;               /* under dump_lock */
-        o.n = 0;
-        int rc = crawl_walk_thread(l.tids[i], keep_line, &o, flags, 1000);
-        print_lines(fd, &o);
+        dump_out *o = malloc(sizeof *o);
+        if (!o)
+            break;
+        o->n = 0;
+        int rc = crawl_walk_thread(l.tids[i], keep_line, o, flags, 1000);
+        print_lines(fd, o);
+        free(o);
         if (rc == 0 || rc == -EIO)
             walked++;
         if (rc) {

@@ -12,6 +12,7 @@
 #include <crawl/boehm.h>
 #include <crawl/guarded.h>
 #include <crawl/heap_profile.h>
+#include <crawl/profiler.h>
 
 #include "vm/builtins.h"
 #include "vm/trace.h"
@@ -38,6 +39,8 @@ static const char usage[] =
     "               restarts itself with it) and write what the script still holds\n"
     "               when it ends, with script frames in the stacks: FILE.svg flame\n"
     "               graph, .pb.gz pprof, .json, .folded, else text\n"
+    "  --profile FILE  sample CPU time (1000 Hz per thread) while the script runs;\n"
+    "               FILE.svg flame graph, .pb.gz pprof, .folded, else text\n"
     "  --help       this text\n"
     "SIGQUIT (Ctrl-\\) prints every thread's mixed stack to stderr and goes on.\n"
     "Exit status: 0 success, 1 script error, 2 bad usage.\n";
@@ -135,7 +138,7 @@ int main(int argc, char **argv)
 {
     const char *file = NULL, *expr = NULL;
     int native = 0, fast = 0, gc_stats = 0, sanitize = 0, sampled = 0, gc_verify = 0;
-    const char *heap_profile = NULL;
+    const char *heap_profile = NULL, *cpu_profile = NULL;
     long gc_stress = 0;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
@@ -163,6 +166,12 @@ int main(int argc, char **argv)
                         usage);
                 return 2;
             }
+        } else if (strcmp(argv[i], "--profile") == 0) {
+            if (++i == argc || !argv[i][0]) {
+                fprintf(stderr, "crawlvm: --profile needs a file name\n%s", usage);
+                return 2;
+            }
+            cpu_profile = argv[i];
         } else if (strcmp(argv[i], "--heap-profile") == 0) {
             if (++i == argc || !argv[i][0]) {
                 fprintf(stderr, "crawlvm: --heap-profile needs a file name\n%s", usage);
@@ -240,7 +249,24 @@ int main(int argc, char **argv)
     (void)gc_verify, (void)gc_stress;   /* bench/vm's build without crawl */
 #endif
     vm_install_fatal_handlers(vm);
+    if (cpu_profile) {
+        int err = crawl_profiler_start(1000, vm->walk_flags);
+        if (err) {
+            fprintf(stderr, "crawlvm: --profile: cannot start the profiler: %s\n", strerror(-err));
+            return 2;
+        }
+    }
     int rc = vm_eval(vm, expr ? expr : source, expr ? "-e" : file, NULL);
+    if (cpu_profile) {
+        crawl_profiler_stop();
+        int err = crawl_profiler_write(cpu_profile);
+        if (err) {
+            fprintf(stderr, "crawlvm: cannot write the profile to '%s': %s\n", cpu_profile,
+                    strerror(-err));
+            if (!rc)
+                rc = 1;
+        }
+    }
     fflush(stdout);
     if (heap_profile) {
         int err = crawl_heap_profile_write(heap_profile);

@@ -11,5 +11,7 @@
 #include <crawl/stackwalk.h>
 #include <crawl/gcroots.h>
 #include <crawl/sanitizer.h>
+#include <crawl/heap_profile.h>
+#include <crawl/profiler.h>
 
 #endif

@@ -479,6 +479,39 @@ static void expect_runs_or_refuses(const proc *p, const char *want_out)
         EXPECT_IN(p->err, "error: expression nested too deeply for the C stack");
 }
 
+/* --profile: CPU samples with the script frames, as collapsed stacks. */
+static void test_cpu_profile(void **state)
+{
+    (void)state;
+    char path[] = "/tmp/crawlvm-profile-XXXXXX.folded";
+    int fd = mkstemps(path, 7);
+    assert_true(fd >= 0);
+    close(fd);
+    proc p;
+    const char *args[] = {"--profile", path, "-e",
+                          "(define i 0) (define (inner) (set! i (+ i 1)))"
+                          " (define (spin) (while (< i 20000000) (inner))) (spin)",
+                          NULL};
+    crawlvm(&p, args);
+    EXPECT_EXIT(&p, 0);
+    FILE *f = fopen(path, "r");
+    assert_non_null(f);
+    char line[4096];
+    unsigned long in_spin = 0;
+    while (fgets(line, sizeof line, f))
+        if (strstr(line, ";vm_interp_run;<toplevel> -e:1;spin -e:1"))
+            in_spin += strtoul(strrchr(line, ' ') + 1, NULL, 10);
+    fclose(f);
+    unlink(path);
+    if (in_spin < 10)
+        fail_msg("%lu samples in spin", in_spin);
+    /* a bad path is an error, after the script ran */
+    const char *bad[] = {"--profile", "/nonexistent-dir/p.svg", "-e", "(print 1)", NULL};
+    crawlvm(&p, bad);
+    EXPECT_EXIT(&p, 1);
+    EXPECT_IN(p.err, "crawlvm: cannot write the profile to '/nonexistent-dir/p.svg'");
+}
+
 /* SIGQUIT: crawlvm prints a thread dump with the script frames and goes on. */
 static void test_sigquit_thread_dump(void **state)
 {
@@ -576,6 +609,7 @@ int main(void)
         cmocka_unit_test(test_sanitize_overflow_and_go_on),
         cmocka_unit_test(test_deep_nesting_small_stack),
         cmocka_unit_test(test_sigquit_thread_dump),
+        cmocka_unit_test(test_cpu_profile),
     };
     return cmocka_run_group_tests_name("crawlvm-cli", tests, NULL, NULL);
 }

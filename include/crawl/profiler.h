@@ -1,0 +1,50 @@
+/* crawl's sampling profiler: every attached thread's CPU time is sampled
+ * (a per-thread CPU-time timer, timer_create with SIGEV_THREAD_ID, fires
+ * SIGPROF on that thread), the handler walks the mixed stack signal-safely
+ * and interns it in the depot, and counts per stack are kept lock-free.
+ * The outputs are the heap profile's: collapsed stacks, an SVG flame graph
+ * (script frames blue), pprof (samples and CPU nanoseconds), text. */
+#ifndef CRAWL_PROFILER_H
+#define CRAWL_PROFILER_H
+
+#include <crawl/heap_profile.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Start sampling at hz samples per second of each thread's CPU time (1 to
+ * 10000): threads attached now and those attaching later (their timer
+ * starts at attach). The kernel checks CPU-time timers at its tick
+ * (CONFIG_HZ, often 250): above that rate a thread gets about HZ samples a
+ * second of CPU. flags: 0 (precise: DWARF CFI, rules compiled here,
+ * before the first sample) or CRAWL_WALK_FAST. Rules are compiled for the
+ * modules loaded now; a sample through a module loaded later stops there.
+ * 0, -EINVAL, -EBUSY (running), or a negative errno from timer_create or
+ * sigaction. Owns SIGPROF while running. Not async-signal-safe. */
+CRAWL_API int crawl_profiler_start(unsigned hz, unsigned flags);
+/* Stop: every timer deleted, SIGPROF's previous action back. The samples
+ * stay for the outputs until the next start. 0 or -EINVAL (not running). */
+CRAWL_API int crawl_profiler_stop(void);
+
+typedef struct crawl_profiler_stats {
+    unsigned long samples;              /* walked and counted */
+    unsigned long failed;               /* signals whose walk gave nothing (an unattached thread) */
+    unsigned threads;                   /* timers started */
+} crawl_profiler_stats;
+CRAWL_API void crawl_profiler_get_stats(crawl_profiler_stats *out);
+
+/* The samples so far, as collapsed stacks, an SVG flame graph, pprof
+ * (CRAWL_HEAP_PPROF: sample types samples/count and cpu/nanoseconds) or
+ * text (CRAWL_HEAP_JSON is text too). 0, -EINVAL, -ENOMEM, -EIO. Not
+ * async-signal-safe; may run while sampling. */
+CRAWL_API int crawl_profiler_write_fd(int fd, crawl_heap_format format);
+/* The same to path, the format from the extension (.svg, .pb.gz,
+ * .folded, else text). */
+CRAWL_API int crawl_profiler_write(const char *path);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

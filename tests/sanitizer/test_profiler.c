@@ -1,0 +1,138 @@
+/* The sampling profiler: CPU time of threads attached before and after
+ * the start is sampled with the script frames in the stacks; the outputs
+ * read back (collapsed stacks sum to the samples, the SVG's root too). */
+#define _GNU_SOURCE
+#include "../support.h"
+
+#include <crawl/profiler.h>
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+typedef struct script_frame {
+    crawl_frame frame;
+    const char *fn;
+} script_frame;
+
+static const void *sf_method(const crawl_frame *f) { return ((const script_frame *)f)->fn; }
+static int sf_describe_method(const void *m, uintptr_t pc, char *buf, size_t len)
+{
+    (void)pc;
+    return snprintf(buf, len, "%s at work.script:3", (const char *)m);
+}
+static const crawl_frame_type script_type = {
+    .name = "script", .flags = CRAWL_FRAME_FUNCTION, .method = sf_method,
+    .describe_method = sf_describe_method,
+};
+
+static double cpu_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+static volatile unsigned long sink;
+
+NOINLINE static void burn(double seconds)
+{
+    double end = cpu_now() + seconds;
+    while (cpu_now() < end)
+        for (int i = 0; i < 10000; i++)
+            sink += (unsigned long)i * 2654435761u;
+}
+
+NOINLINE static void scripted(const char *fn, double seconds)
+{
+    script_frame sf = {.fn = fn};
+    crawl_frame_push(&sf.frame, &script_type);
+    burn(seconds);
+    crawl_frame_pop(&sf.frame);
+}
+
+static void *late_thread(void *arg)
+{
+    (void)arg;
+    crawl_thread_attach();               /* after the start: its timer starts here */
+    scripted("late_worker", 0.3);
+    crawl_thread_detach();
+    return NULL;
+}
+
+static char *output(crawl_heap_format format)
+{
+    FILE *f = tmpfile();
+    assert_int_equal(crawl_profiler_write_fd(fileno(f), format), 0);
+    long n = lseek(fileno(f), 0, SEEK_END);
+    char *buf = calloc(1, (size_t)n + 1);
+    assert_int_equal(pread(fileno(f), buf, (size_t)n, 0), n);
+    fclose(f);
+    return buf;
+}
+
+static void test_profile(void **state)
+{
+    (void)state;
+    assert_int_equal(crawl_profiler_start(0, 0), -EINVAL);
+    assert_int_equal(crawl_profiler_start(1000, 0), 0);
+    assert_int_equal(crawl_profiler_start(1000, 0), -EBUSY);
+    pthread_t t;
+    assert_int_equal(pthread_create(&t, NULL, late_thread, NULL), 0);
+    scripted("main_worker", 0.3);
+    pthread_join(t, NULL);
+    assert_int_equal(crawl_profiler_stop(), 0);
+    assert_int_equal(crawl_profiler_stop(), -EINVAL);
+    crawl_profiler_stats st;
+    crawl_profiler_get_stats(&st);
+    print_message("samples %lu, failed %lu, timers %u\n", st.samples, st.failed, st.threads);
+    assert_true(st.threads >= 2);
+    /* 0.6 s of CPU at 1000 Hz; the kernel fires CPU-time timers at its tick
+     * (250 Hz here): about 150. At least 100 Hz' worth. */
+    assert_true(st.samples >= 60);
+
+    char *folded = output(CRAWL_HEAP_FOLDED);
+    unsigned long sum = 0, main_w = 0, late_w = 0;
+    char *save = NULL;
+    for (char *line = strtok_r(folded, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
+        unsigned long n = strtoul(strrchr(line, ' ') + 1, NULL, 10);
+        sum += n;
+        if (strstr(line, "scripted;main_worker at work.script:3;burn"))
+            main_w += n;
+        if (strstr(line, "late_thread;scripted;late_worker at work.script:3;burn"))
+            late_w += n;
+    }
+    free(folded);
+    print_message("folded: %lu samples, main_worker %lu, late_worker %lu\n", sum, main_w, late_w);
+    assert_int_equal(sum, st.samples);
+    assert_true(main_w >= 30 && late_w >= 30);
+
+    char *svg = output(CRAWL_HEAP_SVG);
+    char want[64];
+    snprintf(want, sizeof want, "data-total-bytes=\"%lu\"", st.samples);
+    assert_non_null(strstr(svg, want));
+    assert_non_null(strstr(svg, "<g class=\"script\""));
+    assert_non_null(strstr(svg, "late_worker at work.script:3 ("));
+    free(svg);
+    char *pb = output(CRAWL_HEAP_PPROF);
+    assert_true((unsigned char)pb[0] == 0x1f && (unsigned char)pb[1] == 0x8b);
+    free(pb);
+    char *text = output(CRAWL_HEAP_TEXT);
+    assert_non_null(strstr(text, "crawl CPU profile (pid "));
+    assert_non_null(strstr(text, "in main_worker at work.script:3"));
+    free(text);
+}
+
+int main(void)
+{
+    crawl_thread_attach();
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_profile),
+    };
+    return cmocka_run_group_tests_name("profiler", tests, NULL, NULL);
+}
