@@ -9,8 +9,9 @@
 set -eu
 cd "$(dirname "$0")/.."
 . scripts/deps.sh
-# clang (the tsan and clang presets); real programs the preload test runs
-crawl_ensure_deps clang lua5.4 python3
+# clang (the tsan and clang presets); real programs the preload test runs;
+# gdb reading crawl's JIT symbol files
+crawl_ensure_deps clang lua5.4 python3 gdb
 jobs=$(nproc)
 presets="dev asan tsan clang"
 for preset in $presets; do

@@ -193,6 +193,7 @@ int crawl_code_range_add(uintptr_t start, uintptr_t end, const void *method,
     publish(t);
     perf_map_line(&t->r[pos]);
     pthread_mutex_unlock(&writer_lock);
+    sw_gdb_jit_add(start, end, name);   /* a debugger learns its name */
     return 0;
 }
 
@@ -217,6 +218,7 @@ int crawl_code_range_remove(uintptr_t start)
     memcpy(t->r + pos, old->r + pos + 1, (n - pos - 1) * sizeof t->r[0]);
     publish(t);
     pthread_mutex_unlock(&writer_lock);
+    sw_gdb_jit_remove(start);
     return 0;
 }
 

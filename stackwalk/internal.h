@@ -342,6 +342,10 @@ static inline __attribute__((always_inline)) int sw_cfi_next(const sw_cursor *c,
 /* Walk from regs (the frame of the function that captured them, skip
  * frames of crawl's own are not reported). gregs: a signal context's
  * registers, or NULL. */
+/* gdb_jit.c: announce a named code range to debuggers, withdraw it. */
+void sw_gdb_jit_add(uintptr_t start, uintptr_t end, const char *name);
+void sw_gdb_jit_remove(uintptr_t start);
+
 /* threads.c: on signal sig, fn(arg) runs on a helper thread that takes no
  * signal (the handler writes a byte to a pipe). 0 or a negative errno. */
 int sw_on_signal_run(int sig, void (*fn)(void *), void *arg);

@@ -258,6 +258,16 @@ CRAWL_API int crawl_code_range_find(uintptr_t ip, crawl_code_range *out);
  * opened. Thread-safe; not async-signal-safe. The file is left for perf
  * to read after the process exits, as perf expects. */
 CRAWL_API int crawl_perf_map(int on);
+/* The GDB JIT interface (on by default): each code range added with a name
+ * is announced through __jit_debug_register_code with an in-memory ELF
+ * symbol file (a .text section at the range, one function symbol over it,
+ * written with libelf), and withdrawn when it is removed, so gdb names the
+ * range's frames ("jit_hello") and unwinds through code with a
+ * frame-pointer prologue. Off, ranges added meanwhile are not announced.
+ * Returns the previous setting. Thread-safe. (The two interface names are
+ * the only ones libcrawl exports without the crawl_ prefix; a process
+ * should have one JIT interface provider.) */
+CRAWL_API int crawl_gdb_jit(int on);
 
 /* 1 if pc lies in a loaded module's executable segment (as of the last
  * normal-context walk's view of the loaded modules) or in a registered
