@@ -1,0 +1,287 @@
+# crawl's gdb extension: the thread's Frames (and the script activations
+# interpreter segments host) in gdb's backtraces, at their true places by
+# stack address, as crawl's own walk merges them.
+#
+#   crawl frames   the raw Frame chain of the selected thread
+#   crawl bt       native frames and Frames merged by stack address
+#   crawl roots    crawl-boehm's root census (a live process)
+#   bt             the frame filter adds each native frame's Frames and
+#                  activations beneath it (elided lines)
+#
+# It reads Frames from memory (crawl__tls, libcrawl's thread record), so a
+# core file shows the chain's order and type names; in a live process it
+# also calls crawl_debug_frame_text() for the Frames' own descriptions and
+# the activations of interpreter segments. Source it (gdb -x) or let gdb
+# auto-load it beside libcrawl.so.
+
+import gdb
+
+try:
+    from gdb.FrameDecorator import FrameDecorator
+except ImportError:  # a gdb without Python frame decorators
+    FrameDecorator = None
+
+MAX_FRAMES = 100000
+
+
+def _thread_record():
+    try:
+        return gdb.parse_and_eval("crawl__tls")
+    except gdb.error:
+        return None
+
+
+def _is_live():
+    inf = gdb.selected_inferior()
+    if inf is None or inf.pid == 0:
+        return False
+    try:
+        return gdb.selected_thread().is_valid() and not _is_core()
+    except gdb.error:
+        return False
+
+
+def _is_core():
+    try:
+        out = gdb.execute("info target", to_string=True)
+    except gdb.error:
+        return False
+    return "core dump" in out or "Local core dump file" in out
+
+
+def _text(frame_addr, index):
+    """crawl_debug_frame_text(frame, index) in the live inferior, or None."""
+    try:
+        v = gdb.parse_and_eval(
+            "(const char *)crawl_debug_frame_text((const crawl_frame *)%d, %d)"
+            % (frame_addr, index))
+        if int(v) == 0:
+            return None
+        return v.string()
+    except gdb.error:
+        return None
+
+
+def crawl_frames():
+    """The selected thread's Frames, newest first: (address, type name)."""
+    rec = _thread_record()
+    if rec is None:
+        return None
+    if not int(rec["attached"]):
+        return []
+    lo, hi = int(rec["stack_lo"]), int(rec["stack_hi"])
+    out = []
+    f = rec["top"]
+    seen = set()
+    while int(f) != 0 and len(out) < MAX_FRAMES:
+        addr = int(f)
+        if addr in seen:
+            break  # a corrupt chain: stop, as crawl's walk does
+        seen.add(addr)
+        try:
+            t = f["type"]
+            name = t["name"].string() if int(t) and int(t["name"]) else "?"
+            nxt = f["next"]
+        except gdb.MemoryError:
+            out.append((addr, "<unreadable>"))
+            break
+        out.append((addr, name))
+        if not (lo <= addr < hi) and lo != hi:
+            pass  # on a signal stack: still in the chain
+        f = nxt
+    return out
+
+
+def frame_lines(addr, name, live):
+    """The lines for one Frame: its description, then its activations."""
+    lines = []
+    text = _text(addr, 0) if live else None
+    if text == name:
+        text = None                      # no describe hook: the type name again
+    lines.append("Frame '%s' at 0x%x%s" % (name, addr, (": " + text) if text else ""))
+    if live:
+        i = 1
+        while i < 10000:
+            act = _text(addr, i)
+            if act is None:
+                break
+            lines.append(act)
+            i += 1
+    return lines
+
+
+class CrawlPrefix(gdb.Command):
+    """crawl's commands: crawl frames, crawl bt, crawl roots."""
+
+    def __init__(self):
+        super().__init__("crawl", gdb.COMMAND_STACK, prefix=True)
+
+
+class CrawlFrames(gdb.Command):
+    """The selected thread's raw Frame chain, newest first."""
+
+    def __init__(self):
+        super().__init__("crawl frames", gdb.COMMAND_STACK)
+
+    def invoke(self, arg, from_tty):
+        frames = crawl_frames()
+        if frames is None:
+            print("crawl: no crawl__tls here (libcrawl not loaded, or without debug info)")
+            return
+        live = _is_live()
+        print("%d Frame(s)%s" % (len(frames), "" if live else " (from memory: no descriptions)"))
+        for i, (addr, name) in enumerate(frames):
+            lines = frame_lines(addr, name, live)
+            print("#%d %s" % (i, lines[0]))
+            for act in lines[1:]:
+                print("     in %s" % act)
+
+
+def _native_frames():
+    out = []
+    f = gdb.newest_frame()
+    while f is not None and len(out) < MAX_FRAMES:
+        try:
+            sp = int(f.read_register("rsp"))
+        except gdb.error:
+            sp = 0
+        out.append((f, sp))
+        f = f.older()
+    return out
+
+
+def _merged():
+    """(kind, payload) in crawl's order: a Frame comes after the native frame
+    whose stack frame holds it (between its sp and its caller's sp)."""
+    natives = _native_frames()
+    frames = crawl_frames() or []
+    pending = sorted(frames, key=lambda x: x[0])
+    out = []
+    for i, (f, sp) in enumerate(natives):
+        out.append(("native", f))
+        caller_sp = natives[i + 1][1] if i + 1 < len(natives) else None
+        while pending and (caller_sp is None or pending[0][0] < caller_sp) and pending[0][0] >= sp:
+            out.append(("frame", pending.pop(0)))
+    for p in pending:
+        out.append(("frame", p))
+    return out
+
+
+class CrawlBt(gdb.Command):
+    """Native frames and crawl's Frames (with script activations) merged by
+    stack address, newest first."""
+
+    def __init__(self):
+        super().__init__("crawl bt", gdb.COMMAND_STACK)
+
+    def invoke(self, arg, from_tty):
+        live = _is_live()
+        n = 0
+        for kind, x in _merged():
+            if kind == "native":
+                sal = x.find_sal()
+                where = ""
+                if sal.symtab is not None:
+                    where = " at %s:%d" % (sal.symtab.filename, sal.line)
+                print("#%-3d 0x%016x in %s%s" % (n, x.pc(), x.name() or "??", where))
+                n += 1
+            else:
+                for line in frame_lines(x[0], x[1], live):
+                    print("#%-3d %s" % (n, line))
+                    n += 1
+
+
+class CrawlRoots(gdb.Command):
+    """crawl-boehm's census of every root (calls crawl_gc_census in the
+    inferior: a live process)."""
+
+    def __init__(self):
+        super().__init__("crawl roots", gdb.COMMAND_DATA)
+
+    def invoke(self, arg, from_tty):
+        if not _is_live():
+            print("crawl roots: needs a live process (it calls crawl_gc_census)")
+            return
+        try:
+            gdb.execute("call (void)crawl_gc_census(1)")
+        except gdb.error as e:
+            print("crawl roots: %s (is crawl-boehm loaded?)" % e)
+
+
+if FrameDecorator is not None:
+
+    class _FrameLine(FrameDecorator):
+        """An elided line under a native frame: a Frame or an activation."""
+
+        def __init__(self, base, text):
+            super().__init__(base)
+            self._text = text
+
+        def function(self):
+            return self._text
+
+        def address(self):
+            return None
+
+        def filename(self):
+            return None
+
+        def line(self):
+            return None
+
+        def frame_args(self):
+            return None
+
+        def frame_locals(self):
+            return None
+
+        def elided(self):
+            return None
+
+    class _WithFrames(FrameDecorator):
+        def __init__(self, base, lines):
+            super().__init__(base)
+            self._lines = lines
+
+        def elided(self):
+            return iter([_FrameLine(self.inferior_frame(), l) for l in self._lines])
+
+    class CrawlFrameFilter:
+        """Adds, under each native frame, the Frames its stack frame holds."""
+
+        def __init__(self):
+            self.name = "crawl"
+            self.priority = 100
+            self.enabled = True
+            gdb.frame_filters[self.name] = self
+
+        def filter(self, frame_iter):
+            frames = crawl_frames()
+            if not frames:
+                return frame_iter
+            return self._decorate(frame_iter, sorted(frames, key=lambda x: x[0]))
+
+        def _decorate(self, frame_iter, pending):
+            live = _is_live()
+            items = list(frame_iter)
+            sps = []
+            for d in items:
+                try:
+                    sps.append(int(d.inferior_frame().read_register("rsp")))
+                except gdb.error:
+                    sps.append(0)
+            for i, d in enumerate(items):
+                caller_sp = sps[i + 1] if i + 1 < len(items) else None
+                mine = []
+                while pending and (caller_sp is None or pending[0][0] < caller_sp) and \
+                        pending[0][0] >= sps[i]:
+                    addr, name = pending.pop(0)
+                    mine.extend(frame_lines(addr, name, live))
+                yield _WithFrames(d, mine) if mine else d
+
+    CrawlFrameFilter()
+
+CrawlPrefix()
+CrawlFrames()
+CrawlBt()
+CrawlRoots()
