@@ -1,4 +1,4 @@
-/* Text for debuggers: what the gdb extension (gdb/crawl_gdb.py) calls in a
+/* Text for debuggers: what the gdb extension (gdb/crawl.py) calls in a
  * live process to describe a Frame and the activations an interpreter
  * segment hosts. Not for programs: one static buffer. */
 #include <stdio.h>

@@ -6,6 +6,6 @@ import os
 _here = os.path.dirname(os.path.abspath(__file__))
 _share = _here[: _here.rfind("/gdb/auto-load/")] if "/gdb/auto-load/" in _here else None
 if _share:
-    _ext = os.path.join(_share, "crawl", "gdb", "crawl_gdb.py")
+    _ext = os.path.join(_share, "crawl", "gdb", "crawl.py")
     if os.path.exists(_ext):
         gdb.execute("source " + _ext)

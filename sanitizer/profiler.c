@@ -109,7 +109,9 @@ static void on_attach(void)
     pthread_mutex_unlock(&prof_lock);
 }
 
-int crawl_profiler_start(unsigned hz, unsigned flags)
+int crawl_profiler_start(unsigned hz) { return crawl_profiler_start_flags(hz, 0); }
+
+int crawl_profiler_start_flags(unsigned hz, unsigned flags)
 {
     if (hz < 1 || hz > 10000 || (flags & ~(unsigned)CRAWL_WALK_FAST))
         return -EINVAL;

@@ -113,12 +113,18 @@ static void match_tid(crawl__thread *th, void *ctx)
         f->found = 1, f->seq = th->seq;
 }
 
-int crawl_walk_thread(pid_t tid, crawl_walk_fn fn, void *ctx, unsigned flags, int timeout_ms)
+int crawl_walk_thread(pid_t tid, crawl_walk_fn fn, void *ctx, unsigned flags)
+{
+    return crawl_walk_thread_timeout(tid, fn, ctx, flags, 1000);
+}
+
+int crawl_walk_thread_timeout(pid_t tid, crawl_walk_fn fn, void *ctx, unsigned flags,
+                              int timeout_ms)
 {
     if (!fn || tid <= 0 || timeout_ms < 0)
         return -EINVAL;
     if (tid == (pid_t)syscall(SYS_gettid))
-        return crawl_walk(fn, ctx, flags) == CRAWL_WALK_FAILED ? -EIO : 0;
+        return crawl_walk(fn, ctx, flags);
     find_thread f = {.tid = tid};
     crawl__threads_foreach_locked(match_tid, &f);
     if (!f.found)
@@ -174,13 +180,16 @@ int crawl_walk_thread(pid_t tid, crawl_walk_fn fn, void *ctx, unsigned flags, in
         futex(&req.state, FUTEX_WAIT_PRIVATE, 1, &left);
     }
     if (!rc) {
+        rc = req.status;                 /* DONE or FAILED (ABORTED: the buffer filled up) */
+        if (rc == CRAWL_WALK_ABORTED)
+            rc = CRAWL_WALK_DONE;
         for (unsigned i = 0; i < req.n; i++) {
             req.frames[i].cf.thread = f.seq;
-            if (fn(&req.frames[i].cf, ctx) == CRAWL_ABORT)
+            if (fn(&req.frames[i].cf, ctx) == CRAWL_ABORT) {
+                rc = CRAWL_WALK_ABORTED;
                 break;
+            }
         }
-        if (req.status == CRAWL_WALK_FAILED)
-            rc = -EIO;                   /* what could be walked was reported */
         atomic_store(&req.state, 3);
         futex(&req.state, FUTEX_WAKE_PRIVATE, 1, NULL);
     }
@@ -282,17 +291,18 @@ int crawl_print_all_threads(int fd, unsigned flags)
         if (!o)
             break;
         o->n = 0;
-        int rc = crawl_walk_thread(l.tids[i], keep_line, o, flags, 1000);
+        int rc = crawl_walk_thread(l.tids[i], keep_line, o, flags);
         print_lines(fd, o);
         free(o);
-        if (rc == 0 || rc == -EIO)
+        if (rc >= CRAWL_WALK_FAILED)     /* a walk status: walked */
             walked++;
-        if (rc) {
+        if (rc != CRAWL_WALK_DONE) {
             k = snprintf(head, sizeof head, "    (%s)\n",
-                         rc == -ETIMEDOUT ? "did not stop within 1 s: signal blocked or busy"
-                         : rc == -ESRCH   ? "exited meanwhile"
-                         : rc == -EIO     ? "walk stopped at an inconsistent frame"
-                                          : "not walked");
+                         rc == -ETIMEDOUT          ? "did not stop within 1 s: signal blocked or busy"
+                         : rc == -ESRCH            ? "exited meanwhile"
+                         : rc == CRAWL_WALK_FAILED ? "walk stopped at an inconsistent frame"
+                         : rc == CRAWL_WALK_ABORTED ? "more than 256 frames"
+                                                    : "not walked");
             crawl__write_all(fd, head, (size_t)k);
         }
     }

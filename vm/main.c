@@ -250,7 +250,7 @@ int main(int argc, char **argv)
 #endif
     vm_install_fatal_handlers(vm);
     if (cpu_profile) {
-        int err = crawl_profiler_start(1000, vm->walk_flags);
+        int err = crawl_profiler_start_flags(1000, vm->walk_flags);
         if (err) {
             fprintf(stderr, "crawlvm: --profile: cannot start the profiler: %s\n", strerror(-err));
             return 2;

@@ -133,7 +133,7 @@ CRAWL_API void crawl_frame_push(crawl_frame *f, const crawl_frame_type *type);
  * another Frame) the process stops with one line naming both Frames' types. */
 CRAWL_API void crawl_frame_pop(crawl_frame *f);
 
-/* For debuggers (gdb/crawl_gdb.py calls it in a live process): index 0,
+/* For debuggers (gdb/crawl.py calls it in a live process): index 0,
  * the Frame's description (its describe hook, else its type's name); for an
  * interpreter segment, index i >= 1, its i-th activation, newest first
  * (vm_next, vm_describe), or NULL past the last. One static buffer: not

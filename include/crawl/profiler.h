@@ -22,7 +22,9 @@ extern "C" {
  * modules loaded now; a sample through a module loaded later stops there.
  * 0, -EINVAL, -EBUSY (running), or a negative errno from timer_create or
  * sigaction. Owns SIGPROF while running. Not async-signal-safe. */
-CRAWL_API int crawl_profiler_start(unsigned hz, unsigned flags);
+CRAWL_API int crawl_profiler_start_flags(unsigned hz, unsigned flags);
+/* crawl_profiler_start_flags(hz, 0): precise stacks. */
+CRAWL_API int crawl_profiler_start(unsigned hz);
 /* Stop: every timer deleted, SIGPROF's previous action back. The samples
  * stay for the outputs until the next start. 0 or -EINVAL (not running). */
 CRAWL_API int crawl_profiler_stop(void);

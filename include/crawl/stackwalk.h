@@ -131,14 +131,18 @@ CRAWL_API int crawl_backtrace(uintptr_t *pcs, int max, unsigned flags);
  * must not take locks the target could hold -- copy what it needs (Frame
  * descriptions are fine: crawl_print_all_threads symbolizes native frames
  * only after the target went on). cf->thread is the target's number.
- * 0; -EINVAL (bad arguments); -ESRCH (no attached thread with that tid, or
- * it exited before it stopped); -ETIMEDOUT (it did not stop within
- * timeout_ms: the signal is blocked, or it is stuck in the kernel with
- * the signal pending); -EIO (its stack was inconsistent: what could be
- * walked was reported). The calling thread itself is walked directly.
- * Thread-safe (one walk of another thread at a time); not async-signal-safe. */
-CRAWL_API int crawl_walk_thread(pid_t tid, crawl_walk_fn fn, void *ctx, unsigned flags,
-                                int timeout_ms);
+ * Returns the walk's crawl_walk_status (DONE, ABORTED when fn aborted,
+ * FAILED when the target's stack was inconsistent: what could be walked
+ * was reported), or a negative errno: -EINVAL (bad arguments), -ESRCH (no
+ * attached thread with that tid, or it exited before it stopped),
+ * -ETIMEDOUT (it did not stop within 1 s: the signal is blocked, or it is
+ * stuck in the kernel with the signal pending). The calling thread itself
+ * is walked directly. Thread-safe (one walk of another thread at a time);
+ * not async-signal-safe. */
+CRAWL_API int crawl_walk_thread(pid_t tid, crawl_walk_fn fn, void *ctx, unsigned flags);
+/* The same with the time-out in milliseconds (0 or more). */
+CRAWL_API int crawl_walk_thread_timeout(pid_t tid, crawl_walk_fn fn, void *ctx, unsigned flags,
+                                        int timeout_ms);
 /* The signal crawl_walk_thread sends (installs its handler). 0 or a
  * negative errno value. Thread-safe. */
 CRAWL_API int crawl_set_walk_signal(int sig);

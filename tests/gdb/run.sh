@@ -30,11 +30,11 @@ gdb -nx -batch -x "$ext" -ex "break b_gc" -ex run \
     -ex "echo ==crawl bt\n" -ex "crawl bt" -ex "echo ==bt\n" -ex bt \
     -ex "echo ==crawl frames\n" -ex "crawl frames" -ex "echo ==crawl roots\n" -ex "crawl roots" \
     -ex "generate-core-file $work/core" --args "$vm" -e "$script" >"$work/live" 2>&1
-check "live crawl bt" "$work/live" "==crawl bt" " in b_gc at " " in vm_interp_run at " \
+check "live crawl bt" "$work/live" "==crawl bt" " in b_gc at " \
     "Frame 'crawlvm-interpreter' at 0x" "inner -e:1" "spin -e:1" "<toplevel> -e:1" \
-    " in vm_call at " " in main at " "==bt"
-check "live bt (frame filter)" "$work/live" "==bt" "#0  b_gc" "#1  0x" \
-    "    Frame 'crawlvm-interpreter'" "    inner -e:1" "    spin -e:1" "#2  0x" "==crawl frames"
+    " in vm_interp_run at " " in vm_call at " " in main at " "==bt"
+check "live bt (frame filter)" "$work/live" "==bt" "#0  b_gc" \
+    "    Frame 'crawlvm-interpreter'" "    inner -e:1" "    spin -e:1" "#1  0x" "==crawl frames"
 check "live crawl frames" "$work/live" "==crawl frames" "1 Frame(s)" \
     "#0 Frame 'crawlvm-interpreter' at 0x" "     in inner -e:1" "     in spin -e:1"
 check "live crawl roots" "$work/live" "==crawl roots" "crawlvm-interpreter"
@@ -44,11 +44,36 @@ if [ -s "$work/core" ]; then
         "$vm" "$work/core" >"$work/core.out" 2>&1
     check "core crawl frames" "$work/core.out" "==crawl frames" "1 Frame(s) (from memory" \
         "#0 Frame 'crawlvm-interpreter' at 0x"
-    check "core crawl bt" "$work/core.out" "==crawl bt" " in b_gc at " " in vm_interp_run at " \
-        "Frame 'crawlvm-interpreter' at 0x" " in vm_call at " " in main at "
+    check "core crawl bt" "$work/core.out" "==crawl bt" " in b_gc at " \
+        "Frame 'crawlvm-interpreter' at 0x" " in vm_interp_run at " " in vm_call at " " in main at "
     check "core crawl roots" "$work/core.out" "==crawl roots" "needs a live process"
 else
     echo "gdb-ext: gdb wrote no core file"; fail=1
+fi
+# Stopped inside a qsort comparator: the same order as crawlvm's own
+# --native traceback (script frames between qsort's and libffi's C frames).
+examples=$(dirname "$ext")/../examples
+"$vm" --native "$examples/qsort.crawl" >"$work/native" 2>&1
+gdb -nx -batch -x "$ext" -ex "break b_backtrace" -ex run -ex "echo ==crawl bt\n" -ex "crawl bt" \
+    -ex "echo ==bt\n" -ex bt -ex "generate-core-file $work/core2" \
+    --args "$vm" "$examples/qsort.crawl" >"$work/qsort" 2>&1
+check "--native traceback" "$work/native" "compare at " "[C] vm_interp_run" "[C] callback_handler" \
+    "[C] closure_entry" "[C] qsort_r" "[C] crawl_ffi_call" "[C] vm_call_ffi" "sort-numbers at " \
+    "<toplevel> at " "[C] vm_eval" "[C] main"
+check "crawl bt in qsort" "$work/qsort" "==crawl bt" " in b_backtrace at " "compare " \
+    " in vm_interp_run at " " in callback_handler at " " in closure_entry at " "qsort_r" \
+    " in crawl_ffi_call at " " in vm_call_ffi at " "sort-numbers " "<toplevel> " \
+    " in vm_interp_run at " " in vm_eval at " " in main at " "==bt"
+check "bt in qsort" "$work/qsort" "==bt" "b_backtrace" "    compare " " vm_interp_run " \
+    " callback_handler " "qsort_r" " vm_call_ffi " "    sort-numbers " "    <toplevel> " \
+    " vm_interp_run " " main "
+if [ -s "$work/core2" ]; then
+    gdb -nx -batch -x "$ext" -ex "echo ==crawl bt\n" -ex "crawl bt" "$vm" "$work/core2" \
+        >"$work/core2.out" 2>&1
+    check "crawl bt in qsort, core" "$work/core2.out" "==crawl bt" " in b_backtrace at " \
+        "Frame 'crawlvm-interpreter'" " in vm_interp_run at " " in callback_handler at " \
+        "qsort_r" " in crawl_ffi_call at " "Frame 'crawlvm-interpreter'" " in vm_interp_run at " \
+        " in main at "
 fi
 if [ $fail -ne 0 ]; then
     echo "gdb-ext: 0 passed, 1 failed"

@@ -79,9 +79,9 @@ static char *output(crawl_heap_format format)
 static void test_profile(void **state)
 {
     (void)state;
-    assert_int_equal(crawl_profiler_start(0, 0), -EINVAL);
-    assert_int_equal(crawl_profiler_start(1000, 0), 0);
-    assert_int_equal(crawl_profiler_start(1000, 0), -EBUSY);
+    assert_int_equal(crawl_profiler_start(0), -EINVAL);
+    assert_int_equal(crawl_profiler_start(1000), 0);
+    assert_int_equal(crawl_profiler_start(1000), -EBUSY);
     pthread_t t;
     assert_int_equal(pthread_create(&t, NULL, late_thread, NULL), 0);
     scripted("main_worker", 0.3);

@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/syscall.h>
+#include <time.h>
 #include <unistd.h>
 
 typedef struct named_frame {
@@ -33,6 +34,8 @@ typedef struct worker {
     pid_t tid;
     int number;                          /* crawl_thread_number() on the worker */
     int block_signal;
+    const char *innermost;               /* the innermost script function's name */
+    char thread_name[16];
     named_frame *frames[3];
     pthread_mutex_t lock;
     pthread_cond_t cond;
@@ -61,7 +64,7 @@ static const char *names[3] = {"outer", "middle", "inner"};
 
 NOINLINE static void nest(worker *w, int depth)
 {
-    named_frame f = {.fn = names[depth]};
+    named_frame f = {.fn = depth == 2 && w->innermost ? w->innermost : names[depth]};
     crawl_frame_push(&f.frame, &script_type);
     w->frames[depth] = &f;
     if (depth < 2)
@@ -74,15 +77,19 @@ NOINLINE static void nest(worker *w, int depth)
 static void *worker_main(void *arg)
 {
     worker *w = arg;
-    pthread_setname_np(pthread_self(), w->block_signal ? "blocker" : "crawl-worker");
+    pthread_setname_np(pthread_self(), w->thread_name[0] ? w->thread_name
+                                       : w->block_signal ? "blocker" : "crawl-worker");
     nest(w, 0);
     return NULL;
 }
 
-static void start(worker *w, int block)
+/* Start a worker and wait until it waits, its Frames pushed. */
+static void start_with(worker *w, int block, const char *fn, const char *name)
 {
     memset(w, 0, sizeof *w);
     w->block_signal = block;
+    w->innermost = fn;
+    snprintf(w->thread_name, sizeof w->thread_name, "%s", name ? name : "");
     pthread_mutex_init(&w->lock, NULL);
     pthread_cond_init(&w->cond, NULL);
     assert_int_equal(pthread_create(&w->t, NULL, worker_main, w), 0);
@@ -91,6 +98,8 @@ static void start(worker *w, int block)
         pthread_cond_wait(&w->cond, &w->lock);
     pthread_mutex_unlock(&w->lock);
 }
+
+static void start(worker *w, int block) { start_with(w, block, NULL, NULL); }
 
 static void stop(worker *w)
 {
@@ -132,8 +141,8 @@ static void test_walk_other_thread(void **state)
     start(&w, 0);
     for (int round = 0; round < 2; round++) {   /* fast, then precise */
         seen s = {.first_frame_at = -1};
-        int rc = crawl_walk_thread(w.tid, collect, &s, round ? 0 : CRAWL_WALK_FAST, 2000);
-        assert_int_equal(rc, 0);
+        int rc = crawl_walk_thread(w.tid, collect, &s, round ? 0 : CRAWL_WALK_FAST);
+        assert_int_equal(rc, CRAWL_WALK_DONE);
         /* the Frames, newest first, as pushed */
         assert_int_equal(s.nframes, 3);
         assert_ptr_equal(s.frames[0], &w.frames[2]->frame);
@@ -163,13 +172,13 @@ static void test_blocked_times_out_exited_is_esrch(void **state)
     worker w;
     start(&w, 1);
     seen s = {.first_frame_at = -1};
-    assert_int_equal(crawl_walk_thread(w.tid, collect, &s, 0, 200), -ETIMEDOUT);
+    assert_int_equal(crawl_walk_thread_timeout(w.tid, collect, &s, 0, 200), -ETIMEDOUT);
     assert_int_equal(s.n, 0);
     pid_t tid = w.tid;
     stop(&w);                            /* the pending signal is ignored when it lands */
-    assert_int_equal(crawl_walk_thread(tid, collect, &s, 0, 200), -ESRCH);
-    assert_int_equal(crawl_walk_thread(0, collect, &s, 0, 200), -EINVAL);
-    assert_int_equal(crawl_walk_thread(tid, NULL, &s, 0, 200), -EINVAL);
+    assert_int_equal(crawl_walk_thread(tid, collect, &s, 0), -ESRCH);
+    assert_int_equal(crawl_walk_thread(0, collect, &s, 0), -EINVAL);
+    assert_int_equal(crawl_walk_thread(tid, NULL, &s, 0), -EINVAL);
 }
 
 static char *read_all(FILE *f)
@@ -183,28 +192,71 @@ static char *read_all(FILE *f)
 static void test_print_all_threads(void **state)
 {
     (void)state;
-    worker a, b;
-    start(&a, 0);
-    start(&b, 0);
+    static const char *fns[4] = {"parse", "compile", "optimize", "emit"};
+    worker w[4];
+    for (int i = 0; i < 4; i++) {
+        char name[16];
+        snprintf(name, sizeof name, "stage-%d", i);
+        start_with(&w[i], 0, fns[i], name);
+    }
     FILE *f = tmpfile();
     int walked = crawl_print_all_threads(fileno(f), 0);
     fseek(f, 0, SEEK_END);
     char *out = read_all(f);
     fclose(f);
-    assert_true(walked >= 3);            /* main and the two workers */
-    if (!strstr(out, "crawl thread dump (pid ") || !strstr(out, "\"crawl-worker\" T") ||
-        !strstr(out, " in script inner") || !strstr(out, " in worker_leaf ")) {
-        print_message("%s\n", out);
-        fail_msg("the dump lacks a worker's block");
+    assert_true(walked >= 5);            /* main and the four workers */
+    assert_non_null(strstr(out, "crawl thread dump (pid "));
+    /* oldest first: stage-0 .. stage-3, each block with its own function
+     * innermost, then middle and outer, and worker_leaf above them */
+    const char *at = out;
+    for (int i = 0; i < 4; i++) {
+        char head[32], fn[32];
+        snprintf(head, sizeof head, "\"stage-%d\" T", i);
+        snprintf(fn, sizeof fn, "in script %s\n", fns[i]);
+        const char *h = strstr(at, head);
+        if (!h) {
+            print_message("%s\n", out);
+            fail_msg("no block for stage-%d after the previous one", i);
+        }
+        const char *next = strstr(h + 1, "\n\"");
+        const char *leaf = strstr(h, " in worker_leaf "), *inner = strstr(h, fn),
+                   *mid = strstr(h, "in script middle"), *outer = strstr(h, "in script outer");
+        assert_true(leaf && inner && mid && outer && leaf < inner && inner < mid && mid < outer);
+        assert_true(!next || outer < next);   /* inside this thread's block */
+        at = h + 1;
     }
-    /* inner, middle, outer in that order, for each worker */
-    const char *p = strstr(out, "\"crawl-worker\"");
-    const char *i1 = strstr(p, "script inner"), *m1 = strstr(p, "script middle"),
-               *o1 = strstr(p, "script outer");
-    assert_true(i1 && m1 && o1 && i1 < m1 && m1 < o1);
     free(out);
-    stop(&a);
-    stop(&b);
+    for (int i = 0; i < 4; i++)
+        stop(&w[i]);
+}
+
+/* A thread that exits while it is asked for: an error or a walk, never a
+ * hang. */
+static void *short_lived(void *arg)
+{
+    crawl_thread_attach();
+    *(volatile pid_t *)arg = (pid_t)syscall(SYS_gettid);
+    return NULL;                         /* exits at once (detached at exit) */
+}
+
+static void test_thread_exiting_meanwhile(void **state)
+{
+    (void)state;
+    for (int i = 0; i < 30; i++) {
+        volatile pid_t tid = 0;
+        pthread_t t;
+        assert_int_equal(pthread_create(&t, NULL, short_lived, (void *)&tid), 0);
+        while (!tid)
+            ;
+        seen s = {.first_frame_at = -1};
+        struct timespec a, b;
+        clock_gettime(CLOCK_MONOTONIC, &a);
+        int rc = crawl_walk_thread(tid, collect, &s, 0);
+        clock_gettime(CLOCK_MONOTONIC, &b);
+        assert_true(rc == CRAWL_WALK_DONE || rc == -ESRCH || rc == -ETIMEDOUT);
+        assert_true(b.tv_sec - a.tv_sec < 3);
+        pthread_join(t, NULL);
+    }
 }
 
 static void test_dump_on_signal(void **state)
@@ -239,6 +291,7 @@ int main(void)
         cmocka_unit_test(test_walk_other_thread),
         cmocka_unit_test(test_blocked_times_out_exited_is_esrch),
         cmocka_unit_test(test_print_all_threads),
+        cmocka_unit_test(test_thread_exiting_meanwhile),
         cmocka_unit_test(test_dump_on_signal),
     };
     return cmocka_run_group_tests_name("walk_thread", tests, NULL, NULL);

@@ -5,8 +5,9 @@
 #   crawl frames   the raw Frame chain of the selected thread
 #   crawl bt       native frames and Frames merged by stack address
 #   crawl roots    crawl-boehm's root census (a live process)
-#   bt             the frame filter adds each native frame's Frames and
-#                  activations beneath it (elided lines)
+#   bt             the frame filter adds the Frames and activations a
+#                  native frame holds just above it (elided lines of the
+#                  newer frame), in the order crawl's own walks report them
 #
 # It reads Frames from memory (crawl__tls, libcrawl's thread record), so a
 # core file shows the chain's order and type names; in a live process it
@@ -151,17 +152,17 @@ def _native_frames():
 
 
 def _merged():
-    """(kind, payload) in crawl's order: a Frame comes after the native frame
-    whose stack frame holds it (between its sp and its caller's sp)."""
+    """(kind, payload) in crawl's order: a Frame comes just before the native
+    frame whose stack frame holds it (its address between that frame's sp and
+    its caller's), as in crawl's walks and crawlvm's --native tracebacks."""
     natives = _native_frames()
-    frames = crawl_frames() or []
-    pending = sorted(frames, key=lambda x: x[0])
+    pending = sorted(crawl_frames() or [], key=lambda x: x[0])
     out = []
     for i, (f, sp) in enumerate(natives):
-        out.append(("native", f))
         caller_sp = natives[i + 1][1] if i + 1 < len(natives) else None
-        while pending and (caller_sp is None or pending[0][0] < caller_sp) and pending[0][0] >= sp:
+        while pending and (caller_sp is None or pending[0][0] < caller_sp):
             out.append(("frame", pending.pop(0)))
+        out.append(("native", f))
     for p in pending:
         out.append(("frame", p))
     return out
@@ -262,6 +263,8 @@ if FrameDecorator is not None:
             return self._decorate(frame_iter, sorted(frames, key=lambda x: x[0]))
 
         def _decorate(self, frame_iter, pending):
+            # Frames go between the native frame before the one that holds
+            # them and that one: as elided lines of the newer frame.
             live = _is_live()
             items = list(frame_iter)
             sps = []
@@ -270,13 +273,16 @@ if FrameDecorator is not None:
                     sps.append(int(d.inferior_frame().read_register("rsp")))
                 except gdb.error:
                     sps.append(0)
-            for i, d in enumerate(items):
+            before = [[] for _ in items]
+            for i in range(len(items)):
                 caller_sp = sps[i + 1] if i + 1 < len(items) else None
-                mine = []
-                while pending and (caller_sp is None or pending[0][0] < caller_sp) and \
-                        pending[0][0] >= sps[i]:
+                while pending and (caller_sp is None or pending[0][0] < caller_sp):
                     addr, name = pending.pop(0)
-                    mine.extend(frame_lines(addr, name, live))
+                    before[i].extend(frame_lines(addr, name, live))
+            for i, d in enumerate(items):
+                mine = list(before[i + 1]) if i + 1 < len(items) else []
+                if i == 0 and before[0]:
+                    mine = before[0] + mine      # in the newest frame: under it too
                 yield _WithFrames(d, mine) if mine else d
 
     CrawlFrameFilter()
