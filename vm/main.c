@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include <crawl/boehm.h>
 #include <crawl/guarded.h>
@@ -39,8 +40,8 @@ static const char usage[] =
     "               restarts itself with it) and write what the script still holds\n"
     "               when it ends, with script frames in the stacks: FILE.svg flame\n"
     "               graph, .pb.gz pprof, .json, .folded, else text\n"
-    "  --profile FILE  sample CPU time (1000 Hz per thread) while the script runs;\n"
-    "               FILE.svg flame graph, .pb.gz pprof, .folded, else text\n"
+    "  --profile FILE  sample CPU time while the script runs (--profile-hz N, 1000 by\n"
+    "               default): FILE.svg flame graph, .pb.gz pprof, .folded, else text\n"
     "  --help       this text\n"
     "SIGQUIT (Ctrl-\\) prints every thread's mixed stack to stderr and goes on.\n"
     "Exit status: 0 success, 1 script error, 2 bad usage.\n";
@@ -139,6 +140,7 @@ int main(int argc, char **argv)
     const char *file = NULL, *expr = NULL;
     int native = 0, fast = 0, gc_stats = 0, sanitize = 0, sampled = 0, gc_verify = 0;
     const char *heap_profile = NULL, *cpu_profile = NULL;
+    long profile_hz = 1000;
     long gc_stress = 0;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
@@ -172,6 +174,14 @@ int main(int argc, char **argv)
                 return 2;
             }
             cpu_profile = argv[i];
+        } else if (strcmp(argv[i], "--profile-hz") == 0) {
+            char *end = NULL;
+            if (++i < argc)
+                profile_hz = strtol(argv[i], &end, 10);
+            if (i == argc || !end || *end || end == argv[i] || profile_hz < 1 || profile_hz > 10000) {
+                fprintf(stderr, "crawlvm: --profile-hz needs a rate from 1 to 10000\n%s", usage);
+                return 2;
+            }
         } else if (strcmp(argv[i], "--heap-profile") == 0) {
             if (++i == argc || !argv[i][0]) {
                 fprintf(stderr, "crawlvm: --heap-profile needs a file name\n%s", usage);
@@ -250,15 +260,25 @@ int main(int argc, char **argv)
 #endif
     vm_install_fatal_handlers(vm);
     if (cpu_profile) {
-        int err = crawl_profiler_start_flags(1000, vm->walk_flags);
+        int err = crawl_profiler_start_flags((unsigned)profile_hz, vm->walk_flags);
         if (err) {
             fprintf(stderr, "crawlvm: --profile: cannot start the profiler: %s\n", strerror(-err));
             return 2;
         }
     }
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
     int rc = vm_eval(vm, expr ? expr : source, expr ? "-e" : file, NULL);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    if (getenv("CRAWLVM_TIME"))          /* bench/profiler: the script's own time */
+        fprintf(stderr, "crawlvm: script ran %.3f s\n",
+                (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) / 1e9);
     if (cpu_profile) {
         crawl_profiler_stop();
+        crawl_profiler_stats st;
+        crawl_profiler_get_stats(&st);
+        fprintf(stderr, "crawlvm: profile: %lu samples (%lu without a stack) in %s\n", st.samples,
+                st.failed, cpu_profile);
         int err = crawl_profiler_write(cpu_profile);
         if (err) {
             fprintf(stderr, "crawlvm: cannot write the profile to '%s': %s\n", cpu_profile,

@@ -130,6 +130,17 @@ grep -q 'warm-cache [^;]*heap.crawl:[0-9]*;load-page [^;]*heap.crawl:[0-9]*;b_ma
 grep -q 'intern-name [^;]*;vm_call_ffi;.*strdup;malloc' "$work/vm.folded" && ok ||
     bad "crawlvm's profile lacks strdup called from the script through the FFI"
 
+# crawlvm --profile: the CPU profile's pprof file, read back by go tool pprof
+"$crawlvm" --profile "$work/cpu.pb.gz" -e '(define i 0) (define (inner) (set! i (+ i 1)))
+ (define (spin) (while (< i 20000000) (inner))) (spin)' >/dev/null 2>"$work/err"
+gzip -t "$work/cpu.pb.gz" && ok || { bad "crawlvm --profile wrote no pprof file"; cat "$work/err"; }
+if command -v go >/dev/null; then
+    HOME=$work GOCACHE=$work/go GOFLAGS= go tool pprof -top -sample_index=samples "$work/cpu.pb.gz" \
+        >"$work/cputop" 2>&1
+    grep -q 'spin' "$work/cputop" && grep -q 'Type: samples' "$work/cputop" && ok ||
+        { bad "go tool pprof does not read the CPU profile"; cat "$work/cputop"; }
+fi
+
 if [ $fail -ne 0 ]; then
     echo "heap: 0 passed, 1 failed"
     exit 1
