@@ -7,6 +7,7 @@
  * copies point to stay valid. One request at a time (a mutex). */
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <linux/futex.h>
 #include <pthread.h>
 #include <signal.h>
@@ -29,12 +30,21 @@ typedef struct copy {
     crawl_vm_frame vm;
 } copy;
 
-/* The request being served. state: 0 idle, 1 sent, 2 walked (target
- * waits), 3 released. */
+/* The request being served. state: 0 idle, 1 sent, 2 taken (the target's
+ * handler walks), 3 walked (the target waits), 4 released. The handler
+ * takes a request by compare-and-swap 1 -> 2 and the requester withdraws
+ * one by 1 -> 0, so exactly one of them wins: a withdrawn request is never
+ * walked, and a taken one is always waited for (a target must never wait
+ * in its handler for a requester that has gone). A target waits for
+ * `released` to reach its own request's number, not for state to leave 3:
+ * state comes back to 3 with the next request before a slow target may
+ * have looked (seen under load: the target waited again, for good). */
 static struct {
     pid_t tid;
     unsigned flags;
     atomic_int state;
+    atomic_uint released;               /* number of the last request whose target may go on */
+    unsigned seq;                       /* number of the request being served */
     crawl_walk_status status;
     unsigned n;
     copy *frames;                       /* MAX_FRAMES, mapped on first use (data stays small) */
@@ -69,17 +79,24 @@ static void on_walk_signal(int sig, siginfo_t *si, void *ucv)
 {
     (void)sig, (void)si;
     int saved = errno;
-    if (atomic_load(&req.state) != 1 || req.tid != (pid_t)syscall(SYS_gettid)) {
-        errno = saved;                   /* late or stray: nothing asked of this thread */
+    int sent = 1;
+    if (req.tid != (pid_t)syscall(SYS_gettid) ||
+        !atomic_compare_exchange_strong(&req.state, &sent, 2)) {
+        errno = saved;                   /* late, withdrawn or stray: nothing asked of this thread */
         return;
     }
+    unsigned mine = req.seq;
     req.n = 0;
     req.status = crawl_walk_context((const ucontext_t *)ucv, keep, NULL,
                                     req.flags | CRAWL_WALK_SIGNAL_SAFE);
-    atomic_store(&req.state, 2);
-    futex(&req.state, FUTEX_WAKE_PRIVATE, 1, NULL);
-    while (atomic_load(&req.state) == 2)  /* stopped while the callback runs */
-        futex(&req.state, FUTEX_WAIT_PRIVATE, 2, NULL);
+    atomic_store(&req.state, 3);
+    futex(&req.state, FUTEX_WAKE_PRIVATE, INT_MAX, NULL);
+    for (;;) {                           /* stopped while the callback runs */
+        unsigned r = atomic_load(&req.released);
+        if ((int)(r - mine) >= 0)
+            break;
+        futex((atomic_int *)&req.released, FUTEX_WAIT_PRIVATE, (int)r, NULL);
+    }
     errno = saved;
 }
 
@@ -148,6 +165,7 @@ int crawl_walk_thread_timeout(pid_t tid, crawl_walk_fn fn, void *ctx, unsigned f
         req.frames = m;
     }
     req.tid = tid;
+    req.seq++;
     req.flags = flags & ~CRAWL_WALK_SIGNAL_SAFE;
     atomic_store(&req.state, 1);
     if (syscall(SYS_tgkill, getpid(), tid, walk_signal) != 0) {
@@ -163,7 +181,14 @@ int crawl_walk_thread_timeout(pid_t tid, crawl_walk_fn fn, void *ctx, unsigned f
     if (deadline.tv_nsec >= 1000000000L)
         deadline.tv_sec++, deadline.tv_nsec -= 1000000000L;
     int rc = 0;
-    while (atomic_load(&req.state) == 1) {
+    for (;;) {
+        int st = atomic_load(&req.state);
+        if (st == 3)
+            break;
+        if (st == 2) {                   /* taken: the walk is under way, wait for it */
+            futex(&req.state, FUTEX_WAIT_PRIVATE, 2, NULL);
+            continue;
+        }
         clock_gettime(CLOCK_MONOTONIC, &now);
         struct timespec left = {deadline.tv_sec - now.tv_sec, deadline.tv_nsec - now.tv_nsec};
         if (left.tv_nsec < 0)
@@ -190,8 +215,9 @@ int crawl_walk_thread_timeout(pid_t tid, crawl_walk_fn fn, void *ctx, unsigned f
                 break;
             }
         }
-        atomic_store(&req.state, 3);
-        futex(&req.state, FUTEX_WAKE_PRIVATE, 1, NULL);
+        atomic_store(&req.state, 4);
+        atomic_store(&req.released, req.seq);
+        futex((atomic_int *)&req.released, FUTEX_WAKE_PRIVATE, INT_MAX, NULL);
     }
     pthread_mutex_unlock(&req_lock);
     return rc;
@@ -306,6 +332,10 @@ int crawl_print_all_threads(int fd, unsigned flags)
             crawl__write_all(fd, head, (size_t)k);
         }
     }
+    /* the last line: a reader of a log (or a test) knows the dump is whole */
+    k = snprintf(head, sizeof head, "\nend of crawl thread dump: %d of %u thread(s) walked\n",
+                 walked, l.n);
+    crawl__write_all(fd, head, (size_t)k);
     pthread_mutex_unlock(&dump_lock);
     return walked;
 }

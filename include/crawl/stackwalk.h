@@ -136,7 +136,11 @@ CRAWL_API int crawl_backtrace(uintptr_t *pcs, int max, unsigned flags);
  * was reported), or a negative errno: -EINVAL (bad arguments), -ESRCH (no
  * attached thread with that tid, or it exited before it stopped),
  * -ETIMEDOUT (it did not stop within 1 s: the signal is blocked, or it is
- * stuck in the kernel with the signal pending). The calling thread itself
+ * stuck in the kernel with the signal pending). The time-out bounds the
+ * wait for the target to take the request: once its handler has begun to
+ * walk, the walk is waited for (it is bounded by the 256 frames, and by
+ * the Frame types' vm_next hooks), since a target must never be left
+ * waiting for a requester that has gone. The calling thread itself
  * is walked directly. Thread-safe (one walk of another thread at a time);
  * not async-signal-safe. */
 CRAWL_API int crawl_walk_thread(pid_t tid, crawl_walk_fn fn, void *ctx, unsigned flags);
@@ -150,7 +154,8 @@ CRAWL_API int crawl_set_walk_signal(int sig);
  * thread, oldest first, a '"name" TN tid=TID' line (name from
  * /proc/self/task/TID/comm) and its mixed stack, one "    #N ..." line a
  * frame (native frames symbolized with file:line), or a line saying why it
- * was not walked. The number of threads walked, or -EINVAL. Not
+ * was not walked, then "end of crawl thread dump: N of M thread(s)
+ * walked" last. The number of threads walked, or -EINVAL. Not
  * async-signal-safe; thread-safe. */
 CRAWL_API int crawl_print_all_threads(int fd, unsigned flags);
 /* Opt-in: on signal sig (SIGQUIT, as the JVM), a helper thread (which

@@ -32,7 +32,7 @@ gdb -nx -batch -x "$ext" -ex "break b_gc" -ex run \
     -ex "generate-core-file $work/core" --args "$vm" -e "$script" >"$work/live" 2>&1
 check "live crawl bt" "$work/live" "==crawl bt" " in b_gc at " \
     "Frame 'crawlvm-interpreter' at 0x" "inner -e:1" "spin -e:1" "<toplevel> -e:1" \
-    " in vm_interp_run at " " in vm_call at " " in main at " "==bt"
+    " in vm_interp_run at " " in main at " "==bt"
 check "live bt (frame filter)" "$work/live" "==bt" "#0  b_gc" \
     "    Frame 'crawlvm-interpreter'" "    inner -e:1" "    spin -e:1" "#1  0x" "==crawl frames"
 check "live crawl frames" "$work/live" "==crawl frames" "1 Frame(s)" \
@@ -45,7 +45,7 @@ if [ -s "$work/core" ]; then
     check "core crawl frames" "$work/core.out" "==crawl frames" "1 Frame(s) (from memory" \
         "#0 Frame 'crawlvm-interpreter' at 0x"
     check "core crawl bt" "$work/core.out" "==crawl bt" " in b_gc at " \
-        "Frame 'crawlvm-interpreter' at 0x" " in vm_interp_run at " " in vm_call at " " in main at "
+        "Frame 'crawlvm-interpreter' at 0x" " in vm_interp_run at " " in main at "
     check "core crawl roots" "$work/core.out" "==crawl roots" "needs a live process"
 else
     echo "gdb-ext: gdb wrote no core file"; fail=1

@@ -8,9 +8,11 @@
 #include <errno.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
@@ -181,11 +183,16 @@ static void test_blocked_times_out_exited_is_esrch(void **state)
     assert_int_equal(crawl_walk_thread(tid, NULL, &s, 0), -EINVAL);
 }
 
+/* The file's contents so far: its size by fstat and pread, never a seek,
+ * which would move the offset another thread is writing at. */
 static char *read_all(FILE *f)
 {
-    long n = ftell(f);
-    char *buf = calloc(1, (size_t)n + 1);
-    assert_int_equal(pread(fileno(f), buf, (size_t)n, 0), n);
+    struct stat st;
+    assert_int_equal(fstat(fileno(f), &st), 0);
+    char *buf = calloc(1, (size_t)st.st_size + 1);
+    ssize_t k = pread(fileno(f), buf, (size_t)st.st_size, 0);
+    assert_true(k >= 0);
+    buf[k] = '\0';
     return buf;
 }
 
@@ -201,10 +208,13 @@ static void test_print_all_threads(void **state)
     }
     FILE *f = tmpfile();
     int walked = crawl_print_all_threads(fileno(f), 0);
-    fseek(f, 0, SEEK_END);
     char *out = read_all(f);
     fclose(f);
     assert_true(walked >= 5);            /* main and the four workers */
+    char end[64];
+    snprintf(end, sizeof end, "\nend of crawl thread dump: %d of %d thread(s) walked\n", walked,
+             walked);
+    assert_non_null(strstr(out, end));
     assert_non_null(strstr(out, "crawl thread dump (pid "));
     /* oldest first: stage-0 .. stage-3, each block with its own function
      * innermost, then middle and outer, and worker_leaf above them */
@@ -259,6 +269,108 @@ static void test_thread_exiting_meanwhile(void **state)
     }
 }
 
+/* A walk that takes longer than the time-out once the target has taken
+ * the request: the requester waits for it (DONE), and the target goes on.
+ * Regression: the requester used to withdraw at the time-out while the
+ * target's handler was already walking; the target then waited in its
+ * handler for ever (a hung join, seen under load in CI). */
+static int slow_next(const crawl_frame *f, crawl_vm_frame *vf)
+{
+    (void)f;
+    if (vf->iter)
+        return 0;
+    struct timespec a, b;                /* clock_gettime: async-signal-safe */
+    clock_gettime(CLOCK_MONOTONIC, &a);
+    do
+        clock_gettime(CLOCK_MONOTONIC, &b);
+    while ((b.tv_sec - a.tv_sec) * 1000 + (b.tv_nsec - a.tv_nsec) / 1000000 < 300);
+    vf->method = "slow";
+    vf->iter = 1;
+    return 1;
+}
+static const crawl_frame_type slow_type = {
+    .name = "slow-segment", .kind = CRAWL_FRAME_KIND_INTERP, .vm_next = slow_next,
+};
+
+typedef struct slow_worker {
+    pid_t tid;
+    atomic_int ready, quit;
+} slow_worker;
+
+static void *slow_main(void *arg)
+{
+    slow_worker *w = arg;
+    crawl_frame seg;
+    crawl_frame_push(&seg, &slow_type);
+    w->tid = (pid_t)syscall(SYS_gettid);
+    atomic_store(&w->ready, 1);
+    while (!atomic_load(&w->quit))
+        usleep(1000);
+    crawl_frame_pop(&seg);
+    return NULL;
+}
+
+static crawl_action count_vm(const crawl_cf *cf, void *ctx)
+{
+    if (crawl_cf_kind(cf) == CRAWL_CF_VM)
+        ++*(int *)ctx;
+    return CRAWL_CONTINUE;
+}
+
+static void test_walk_outlasting_timeout(void **state)
+{
+    (void)state;
+    slow_worker w = {0};
+    pthread_t t;
+    assert_int_equal(pthread_create(&t, NULL, slow_main, &w), 0);
+    while (!atomic_load(&w.ready))
+        usleep(1000);
+    int vm = 0;
+    assert_int_equal(crawl_walk_thread_timeout(w.tid, count_vm, &vm, CRAWL_WALK_FAST, 50),
+                     CRAWL_WALK_DONE);
+    assert_int_equal(vm, 1);             /* the slow segment's one activation */
+    atomic_store(&w.quit, 1);
+    assert_int_equal(pthread_join(t, NULL), 0);   /* hung here before the fix */
+}
+
+/* Walk four threads in turn, many times, while two threads spin so the
+ * targets get preempted between being let go and going. Regression: a
+ * target woken at the end of its walk that ran only after the next
+ * request had begun saw that request's "walked" state, waited again, and
+ * was never woken (a hung join, 1 run in 12 under load). */
+static atomic_int spinning;
+static void *spin_main(void *arg)
+{
+    (void)arg;
+    while (atomic_load(&spinning))
+        ;
+    return NULL;
+}
+
+static void test_many_walks_in_turn(void **state)
+{
+    (void)state;
+    worker w[4];
+    for (int i = 0; i < 4; i++)
+        start(&w[i], 0);
+    pthread_t spin[2];
+    atomic_store(&spinning, 1);
+    for (int i = 0; i < 2; i++)
+        assert_int_equal(pthread_create(&spin[i], NULL, spin_main, NULL), 0);
+    for (int round = 0; round < 400; round++) {
+        seen s = {.first_frame_at = -1};
+        assert_int_equal(crawl_walk_thread_timeout(w[round % 4].tid, collect, &s, CRAWL_WALK_FAST,
+                                                   10000),
+                         CRAWL_WALK_DONE);
+        assert_int_equal(s.nframes, 3);
+    }
+    atomic_store(&spinning, 0);
+    for (int i = 0; i < 2; i++)
+        pthread_join(spin[i], NULL);
+    for (int i = 0; i < 4; i++)
+        stop(&w[i]);                     /* hung here before the fix */
+}
+
 static void test_dump_on_signal(void **state)
 {
     (void)state;
@@ -269,15 +381,15 @@ static void test_dump_on_signal(void **state)
     raise(SIGQUIT);
     char *out = NULL;
     for (int i = 0; i < 300; i++) {      /* the helper thread writes it */
-        fseek(f, 0, SEEK_END);
         free(out);
         out = read_all(f);
-        if (strstr(out, "script outer"))
-            break;
+        if (strstr(out, "\nend of crawl thread dump: "))
+            break;                       /* whole: the helper is done with f */
         usleep(10000);
     }
     assert_non_null(strstr(out, "crawl thread dump (pid "));
     assert_non_null(strstr(out, "script outer"));
+    assert_non_null(strstr(out, "\nend of crawl thread dump: 2 of 2 thread(s) walked\n"));
     free(out);
     signal(SIGQUIT, SIG_DFL);
     fclose(f);
@@ -292,6 +404,8 @@ int main(void)
         cmocka_unit_test(test_blocked_times_out_exited_is_esrch),
         cmocka_unit_test(test_print_all_threads),
         cmocka_unit_test(test_thread_exiting_meanwhile),
+        cmocka_unit_test(test_walk_outlasting_timeout),
+        cmocka_unit_test(test_many_walks_in_turn),
         cmocka_unit_test(test_dump_on_signal),
     };
     return cmocka_run_group_tests_name("walk_thread", tests, NULL, NULL);
