@@ -60,6 +60,36 @@ __thread uint32_t crawl__gpa_next GPA_TLS;     /* 0: not running on this thread 
 #define next_sample crawl__gpa_next
 uintptr_t crawl__gpa_lo, crawl__gpa_hi;        /* the pool, for crawl_gpa_owns_inline */
 static __thread int inside GPA_TLS;             /* recursion guard */
+static __thread int reporting GPA_TLS;          /* the fault handler writes a report */
+
+/* The report arena: memory for the allocations a fault report makes
+ * (symbolization), so the handler does not call the process's malloc,
+ * which the interrupted code may be inside of. While `reporting`, every
+ * call samples and crawl_gpa_allocate serves from here: an allocator built
+ * on the stubs (the preload) then never reaches its usual allocator from
+ * the handler. It lies at the end of the pool's mapping (crawl_gpa_owns
+ * is true for it), reserved at start-up, touched only by reports; a block
+ * is never reused (symbolizers cache what they allocate), its free
+ * ignored. When it is used up, allocations fall back to the caller. */
+#define ARENA_BYTES ((size_t)32 << 20)
+static atomic_size_t arena_used;
+static uintptr_t arena_lo;
+
+static int in_arena(uintptr_t a) { return arena_lo && a >= arena_lo && a < pool.end; }
+
+static void *arena_alloc(size_t size, size_t alignment)
+{
+    /* a 16-byte header below each block holds its size */
+    size_t at = atomic_load(&arena_used), start, end;
+    do {
+        start = (at + 16 + alignment - 1) & ~(alignment - 1);
+        end = (start + size + 15) & ~(size_t)15;
+        if (end > ARENA_BYTES || end < start)
+            return NULL;
+    } while (!atomic_compare_exchange_weak(&arena_used, &at, end));
+    *(size_t *)(arena_lo + start - 16) = size;
+    return (void *)(arena_lo + start);
+}
 static __thread uint64_t rng GPA_TLS;
 
 static uint64_t rand64(void)
@@ -144,7 +174,7 @@ static void make_pool(void)
     const san_options *o = san_opts();
     size_t page = (size_t)sysconf(_SC_PAGESIZE);
     unsigned n = o->gpa_max_allocations;
-    size_t bytes = (2 * (size_t)n + 1) * page;
+    size_t slots = (2 * (size_t)n + 1) * page, bytes = slots + ARENA_BYTES;
     void *base = mmap(NULL, bytes, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     void *meta = mmap(NULL, n * (sizeof(gslot) + sizeof(unsigned)), PROT_READ | PROT_WRITE,
                       MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
@@ -152,6 +182,8 @@ static void make_pool(void)
         return;                          /* no pool: nothing is ever sampled */
     pool.base = (uintptr_t)base;
     pool.end = pool.base + bytes;
+    arena_lo = pool.base + slots;
+    mprotect((void *)arena_lo, ARENA_BYTES, PROT_READ | PROT_WRITE);   /* NORESERVE: costs what reports touch */
     crawl__gpa_lo = pool.base;
     crawl__gpa_hi = pool.end;
     pool.page = page;
@@ -200,6 +232,8 @@ size_t crawl_gpa_size(const void *p)
 {
     if (!crawl_gpa_owns(p))
         return 0;
+    if (in_arena((uintptr_t)p))
+        return *(const size_t *)((uintptr_t)p - 16);
     long s = slot_of((uintptr_t)p);
     return s >= 0 && pool.slot[s].state == SLOT_LIVE && pool.slot[s].ptr == (uintptr_t)p
                ? pool.slot[s].size
@@ -212,6 +246,8 @@ size_t crawl_gpa_size(const void *p)
  * 0 included, applies here), start it, and say whether this call samples. */
 __attribute__((noinline, cold)) int crawl__gpa_sample_slow(void)
 {
+    if (reporting)
+        return 1;                        /* next_sample stays 0: every call comes here */
     /* reading the options may itself allocate (the first read parses them):
      * that allocation is not sampled, and does not come back here */
     if (inside)
@@ -251,6 +287,8 @@ void *crawl_gpa_allocate(size_t size, size_t alignment)
     crawl_capture_regs(&entry);
     if (alignment == 0)
         alignment = 16;
+    if (reporting && pool.ready && !(alignment & (alignment - 1)))
+        return arena_alloc(size, alignment < 16 ? 16 : alignment);
     if (inside || crawl__busy || !ensure_pool() || size > pool.page || alignment > pool.page ||
         (alignment & (alignment - 1)))
         return NULL;
@@ -342,8 +380,8 @@ void crawl_gpa_deallocate(void *p)
 {
     crawl_regs entry;
     crawl_capture_regs(&entry);
-    if (!crawl_gpa_owns(p))
-        return;
+    if (!crawl_gpa_owns(p) || in_arena((uintptr_t)p))
+        return;                          /* a report arena block: never reused */
     uintptr_t a = (uintptr_t)p;
     long s = slot_of(a);
     /* a pointer into a guard page: the nearest slot's allocation */
@@ -390,7 +428,7 @@ static void forward(int sig, siginfo_t *si, void *uc)
 static void on_fault(int sig, siginfo_t *si, void *uc)
 {
     uintptr_t a = (uintptr_t)si->si_addr;
-    if (!crawl_gpa_owns((void *)a) || inside) {
+    if (!crawl_gpa_owns((void *)a) || in_arena(a) || inside || reporting) {
         forward(sig, si, uc);
         return;
     }
@@ -418,7 +456,11 @@ static void on_fault(int sig, siginfo_t *si, void *uc)
     int recover = san_opts()->gpa_recoverable;
     if (!(recover && g->reported)) {
         g->reported = 1;
+        reporting = 1;                   /* the report's allocations: from the arena */
+        next_sample = 0;
         report_slot(kind, a, g, NULL, uc);
+        reporting = 0;
+        next_sample = 0;                 /* restarted on the next call */
     }
     if (recover) {                       /* make the page accessible and go on */
         mprotect((void *)(pool.base + (a - pool.base) / pool.page * pool.page), pool.page,

@@ -59,7 +59,14 @@ CRAWL_API int crawl_gpa_should_sample(void);
 
 /* A pool allocation of size bytes aligned to alignment (0: 16), or NULL:
  * the pool is full, size or alignment exceed a page, or it is called from
- * inside itself. The caller then allocates the normal way. */
+ * inside itself. The caller then allocates the normal way.
+ * While the pool's fault handler writes a report on this thread,
+ * crawl_gpa_should_sample always says 1 and this serves from a report
+ * arena reserved with the pool (NULL once its 32 MiB are used), so an
+ * allocator built on these stubs never enters its own malloc from the
+ * signal handler; crawl_gpa_owns is 1 for arena blocks, crawl_gpa_size
+ * gives their size and crawl_gpa_deallocate ignores them. Thread-safe; not
+ * async-signal-safe except in that report mode. */
 CRAWL_API CRAWL_ATTR_MALLOC CRAWL_ATTR_ALLOC_SIZE(1) void *crawl_gpa_allocate(size_t size,
                                                                               size_t alignment);
 
@@ -68,7 +75,7 @@ CRAWL_API CRAWL_ATTR_MALLOC CRAWL_ATTR_ALLOC_SIZE(1) void *crawl_gpa_allocate(si
  * process unless gpa_recoverable=1. */
 CRAWL_API void crawl_gpa_deallocate(void *p);
 
-/* 1 if p lies in the pool (its slots and guard pages). */
+/* 1 if p lies in the pool (its slots, guard pages and report arena). */
 CRAWL_API int crawl_gpa_owns(const void *p);
 
 /* The requested size of the live pool allocation starting at p, or 0. */
