@@ -11,7 +11,7 @@ cd "$(dirname "$0")/.."
 . scripts/deps.sh
 # clang (the tsan and clang presets); real programs the preload test runs;
 # gdb reading crawl's JIT symbol files
-crawl_ensure_deps clang lua5.4 python3 gdb
+crawl_ensure_deps clang lua5.4 python3 gdb linux-perf
 jobs=$(nproc)
 presets="dev asan tsan clang"
 for preset in $presets; do

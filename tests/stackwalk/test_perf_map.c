@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -83,8 +84,36 @@ static void test_perf_map(void **state)
         crawl_code_range_remove(a);
 }
 
-int main(void)
+/* --spin: real machine code in a registered range, announced in the perf
+ * map, spinning about half a second (a counted loop: mov rcx, N; dec rcx;
+ * jnz; ret), for perf.sh to record and name. Prints the pid; the map file
+ * stays for perf report (perf.sh removes it). */
+static int spin(void)
 {
+    static const unsigned char code[] = {
+        0x48, 0xc7, 0xc1, 0x00, 0x00, 0x00, 0x30,   /* mov rcx, 0x30000000 */
+        0x48, 0xff, 0xc9,                           /* 1: dec rcx */
+        0x75, 0xfb,                                 /* jnz 1b */
+        0xc3,                                       /* ret */
+    };
+    unsigned char *p = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED)
+        return 2;
+    memcpy(p, code, sizeof code);
+    if (mprotect(p, 4096, PROT_READ | PROT_EXEC) != 0 || crawl_perf_map(1) != 0 ||
+        crawl_code_range_add((uintptr_t)p, (uintptr_t)p + sizeof code, NULL, &fp,
+                             "jit_spin_loop") != 0)
+        return 3;
+    printf("%d\n", (int)getpid());
+    fflush(stdout);
+    ((void (*)(void))p)();
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc > 1 && strcmp(argv[1], "--spin") == 0)
+        return spin();
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_perf_map),
     };
