@@ -30,17 +30,22 @@ typedef struct copy {
     crawl_vm_frame vm;
 } copy;
 
-/* The request being served. state: 0 idle, 1 sent, 2 taken (the target's
- * handler walks), 3 walked (the target waits), 4 released. The handler
- * takes a request by compare-and-swap 1 -> 2 and the requester withdraws
- * one by 1 -> 0, so exactly one of them wins: a withdrawn request is never
- * walked, and a taken one is always waited for (a target must never wait
- * in its handler for a requester that has gone). A target waits for
- * `released` to reach its own request's number, not for state to leave 3:
- * state comes back to 3 with the next request before a slow target may
+/* The request being served. state holds the target's tid and a phase:
+ * SENT (tid<<3|1), TAKEN (|2: the target's handler walks), WALKED (|3: the
+ * target waits); 0 otherwise. A handler takes a request by compare-and-swap
+ * SENT(its own tid) -> TAKEN, and the requester withdraws one by SENT -> 0,
+ * so exactly one of them wins: a withdrawn request is never walked, a
+ * taken one is always waited for (a target must never wait in its handler
+ * for a requester that has gone), and a late signal never takes another
+ * thread's request (the tid is in the same word; pid_max is at most 2^22). A target waits for
+ * `released` to reach its own request's number, not for state to leave
+ * WALKED: state comes back to WALKED with the next request for the same
+ * thread (or the next thread's, were it a phase alone) before a slow target may
  * have looked (seen under load: the target waited again, for good). */
+#define SENT(tid) ((int)(tid) << 3 | 1)
+#define TAKEN(tid) ((int)(tid) << 3 | 2)
+#define WALKED(tid) ((int)(tid) << 3 | 3)
 static struct {
-    pid_t tid;
     unsigned flags;
     atomic_int state;
     atomic_uint released;               /* number of the last request whose target may go on */
@@ -79,9 +84,9 @@ static void on_walk_signal(int sig, siginfo_t *si, void *ucv)
 {
     (void)sig, (void)si;
     int saved = errno;
-    int sent = 1;
-    if (req.tid != (pid_t)syscall(SYS_gettid) ||
-        !atomic_compare_exchange_strong(&req.state, &sent, 2)) {
+    pid_t self = (pid_t)syscall(SYS_gettid);
+    int sent = SENT(self);
+    if (!atomic_compare_exchange_strong(&req.state, &sent, TAKEN(self))) {
         errno = saved;                   /* late, withdrawn or stray: nothing asked of this thread */
         return;
     }
@@ -89,7 +94,7 @@ static void on_walk_signal(int sig, siginfo_t *si, void *ucv)
     req.n = 0;
     req.status = crawl_walk_context((const ucontext_t *)ucv, keep, NULL,
                                     req.flags | CRAWL_WALK_SIGNAL_SAFE);
-    atomic_store(&req.state, 3);
+    atomic_store(&req.state, WALKED(self));
     futex(&req.state, FUTEX_WAKE_PRIVATE, INT_MAX, NULL);
     for (;;) {                           /* stopped while the callback runs */
         unsigned r = atomic_load(&req.released);
@@ -138,8 +143,8 @@ int crawl_walk_thread(pid_t tid, crawl_walk_fn fn, void *ctx, unsigned flags)
 int crawl_walk_thread_timeout(pid_t tid, crawl_walk_fn fn, void *ctx, unsigned flags,
                               int timeout_ms)
 {
-    if (!fn || tid <= 0 || timeout_ms < 0)
-        return -EINVAL;
+    if (!fn || tid <= 0 || tid > (INT_MAX >> 3) || timeout_ms < 0)
+        return -EINVAL;                  /* (a tid fits: pid_max is at most 2^22) */
     if (tid == (pid_t)syscall(SYS_gettid))
         return crawl_walk(fn, ctx, flags);
     find_thread f = {.tid = tid};
@@ -164,10 +169,9 @@ int crawl_walk_thread_timeout(pid_t tid, crawl_walk_fn fn, void *ctx, unsigned f
         }
         req.frames = m;
     }
-    req.tid = tid;
     req.seq++;
     req.flags = flags & ~CRAWL_WALK_SIGNAL_SAFE;
-    atomic_store(&req.state, 1);
+    atomic_store(&req.state, SENT(tid));
     if (syscall(SYS_tgkill, getpid(), tid, walk_signal) != 0) {
         int err = errno;
         atomic_store(&req.state, 0);
@@ -183,10 +187,10 @@ int crawl_walk_thread_timeout(pid_t tid, crawl_walk_fn fn, void *ctx, unsigned f
     int rc = 0;
     for (;;) {
         int st = atomic_load(&req.state);
-        if (st == 3)
+        if (st == WALKED(tid))
             break;
-        if (st == 2) {                   /* taken: the walk is under way, wait for it */
-            futex(&req.state, FUTEX_WAIT_PRIVATE, 2, NULL);
+        if (st == TAKEN(tid)) {          /* the walk is under way: wait for it */
+            futex(&req.state, FUTEX_WAIT_PRIVATE, st, NULL);
             continue;
         }
         clock_gettime(CLOCK_MONOTONIC, &now);
@@ -195,14 +199,14 @@ int crawl_walk_thread_timeout(pid_t tid, crawl_walk_fn fn, void *ctx, unsigned f
             left.tv_sec--, left.tv_nsec += 1000000000L;
         if (left.tv_sec < 0) {
             /* withdraw, unless the handler took the request meanwhile */
-            int expected = 1;
+            int expected = SENT(tid);
             if (atomic_compare_exchange_strong(&req.state, &expected, 0)) {
                 rc = syscall(SYS_tgkill, getpid(), tid, 0) != 0 ? -ESRCH : -ETIMEDOUT;
                 break;
             }
             continue;
         }
-        futex(&req.state, FUTEX_WAIT_PRIVATE, 1, &left);
+        futex(&req.state, FUTEX_WAIT_PRIVATE, SENT(tid), &left);
     }
     if (!rc) {
         rc = req.status;                 /* DONE or FAILED (ABORTED: the buffer filled up) */
@@ -215,7 +219,7 @@ int crawl_walk_thread_timeout(pid_t tid, crawl_walk_fn fn, void *ctx, unsigned f
                 break;
             }
         }
-        atomic_store(&req.state, 4);
+        atomic_store(&req.state, 0);
         atomic_store(&req.released, req.seq);
         futex((atomic_int *)&req.released, FUTEX_WAKE_PRIVATE, INT_MAX, NULL);
     }

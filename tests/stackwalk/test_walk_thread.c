@@ -245,7 +245,7 @@ static void test_print_all_threads(void **state)
 static void *short_lived(void *arg)
 {
     crawl_thread_attach();
-    *(volatile pid_t *)arg = (pid_t)syscall(SYS_gettid);
+    atomic_store((atomic_int *)arg, (int)syscall(SYS_gettid));
     return NULL;                         /* exits at once (detached at exit) */
 }
 
@@ -253,10 +253,11 @@ static void test_thread_exiting_meanwhile(void **state)
 {
     (void)state;
     for (int i = 0; i < 30; i++) {
-        volatile pid_t tid = 0;
+        atomic_int tid_box = 0;
         pthread_t t;
-        assert_int_equal(pthread_create(&t, NULL, short_lived, (void *)&tid), 0);
-        while (!tid)
+        assert_int_equal(pthread_create(&t, NULL, short_lived, &tid_box), 0);
+        pid_t tid;
+        while (!(tid = atomic_load(&tid_box)))
             ;
         seen s = {.first_frame_at = -1};
         struct timespec a, b;
