@@ -215,6 +215,12 @@ void san_gpa_fork(int lock)
         pthread_mutex_unlock(&pool.lock);
 }
 
+void san_gpa_arena(uintptr_t *lo, uintptr_t *hi)
+{
+    *lo = arena_lo;
+    *hi = arena_lo ? pool.end : 0;
+}
+
 int crawl_gpa_owns(const void *p)
 {
     uintptr_t a = (uintptr_t)p;

@@ -23,7 +23,7 @@ typedef struct scan {
     unsigned char *mark;
     size_t *work, nwork;
     uintptr_t lo, hi;                   /* the chunks' span: a quick first test */
-    uintptr_t skip[HP_SHARDS + 1][2];   /* crawl's own tables of chunk addresses */
+    uintptr_t skip[HP_SHARDS + 2][2];   /* crawl's own tables of chunk addresses, the report arena */
     size_t nskip;
 } scan;
 
@@ -380,6 +380,9 @@ static __attribute__((noinline)) long check(int fd)
     sp->skip[sp->nskip][0] = (uintptr_t)snap.e;
     sp->skip[sp->nskip][1] = (uintptr_t)(snap.e + snap.cap);
     sp->nskip++;
+    san_gpa_arena(&sp->skip[sp->nskip][0], &sp->skip[sp->nskip][1]);
+    if (sp->skip[sp->nskip][0])
+        sp->nskip++;                     /* 32 MiB of mostly untouched pages, no program pointers */
     clear_stack_below();                 /* qsort and the snapshot left chunk addresses there */
     scan_roots(sp);
     propagate(sp);
