@@ -103,9 +103,31 @@ static inline void *recorded(void *p, size_t n, const void *caller)
 
 static inline void forget(void *p) { crawl_heap_profile_on_free(p); }
 
+/* The common case, decided before glibc is called so that the call is a
+ * tail call (no frame of the preload's own): the pool's countdown is
+ * running and not at its end, and the heap profile records nothing for
+ * this allocation (not recording, or sampling by bytes with this one short
+ * of the next sample). 1 then, with both countdowns taken down; 0 leaves
+ * them as they were, for alloc() to decide. */
+static inline __attribute__((always_inline)) int plain_alloc(size_t n)
+{
+    if (__builtin_expect(!ready || crawl__gpa_next <= 1, 0))
+        return 0;
+    if (__builtin_expect(crawl__hp.on == 1, 0)) {
+        long left = crawl__hp_countdown - (long)(n ? n : 1);
+        if (!crawl__hp.sampled || left <= 0)
+            return 0;
+        crawl__hp_countdown = left;
+    }
+    crawl__gpa_next--;
+    return 1;
+}
+
 /* Inlined into each entry point: stacks start at malloc, new, strdup... */
 static inline __attribute__((always_inline)) void *alloc(size_t n, const void *caller)
 {
+    if (__builtin_expect(plain_alloc(n), 1))
+        return real_malloc(n);           /* malloc: a tail call */
     if (__builtin_expect(!ready, 0)) {
         resolve();
         if (!ready)
@@ -117,8 +139,21 @@ static inline __attribute__((always_inline)) void *alloc(size_t n, const void *c
 
 EXPORT void *malloc(size_t n) { return alloc(n, __builtin_return_address(0)); }
 
+/* A free that is glibc's alone: not the pool's, not the bootstrap arena's,
+ * and not a pointer the heap profile may hold (its filter says no). */
+static inline __attribute__((always_inline)) int plain_free(const void *p)
+{
+    return ready && !crawl_gpa_owns_inline(p) && !from_boot(p) &&
+           (crawl__hp.on == 0 ||
+            !__atomic_load_n(&crawl__hp.counts[crawl__hp_filter_slot(p)], __ATOMIC_RELAXED));
+}
+
 EXPORT void free(void *p)
 {
+    if (__builtin_expect(plain_free(p), 1)) {
+        real_free(p);
+        return;
+    }
     if (!p || from_boot(p))
         return;
     forget(p);
