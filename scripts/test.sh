@@ -1,7 +1,8 @@
 #!/bin/sh
 # Build and run every test: the optimized build, then the whole suite again
-# under AddressSanitizer + UndefinedBehaviorSanitizer, the thread stress
-# test under clang's ThreadSanitizer, and the whole suite built with clang.
+# under AddressSanitizer + UndefinedBehaviorSanitizer, the thread tests
+# (label tsan) under clang's ThreadSanitizer, and the whole suite built with
+# clang.
 # GCC 12's ThreadSanitizer runtime (the old v2 one) reports a race in the
 # stress test about once in 50 runs that clang 14's (v3) never reports in
 # hundreds, while v3 catches the race at once when the snapshot reclaim is
