@@ -95,13 +95,13 @@ static void *sampled(size_t size, size_t alignment)
 /* The heap profile's hooks: a recorded allocation, one going away. A free
  * is taken out before the memory is handed back, so another thread cannot
  * get the same address and record it first. */
-static inline void *recorded(void *p, size_t n, const void *caller)
+static inline __attribute__((always_inline)) void *recorded(void *p, size_t n, const void *caller)
 {
     crawl_heap_profile_on_alloc(p, n, (uintptr_t)caller);
     return p;
 }
 
-static inline void forget(void *p) { crawl_heap_profile_on_free(p); }
+static inline __attribute__((always_inline)) void forget(void *p) { crawl_heap_profile_on_free(p); }
 
 /* The common case, decided before glibc is called so that the call is a
  * tail call (no frame of the preload's own): the pool's countdown is

@@ -105,7 +105,11 @@ CRAWL_API void crawl_heap_profile_free(const void *p) CRAWL__ADDRESS_ONLY;
  * before every free (with the memory still allocated). Not sampled, an
  * allocation costs a decrement and a branch, and a free a load and a
  * branch; the rest is crawl_heap_profile_alloc/free's. */
-static inline void crawl_heap_profile_on_alloc(const void *p, size_t size, uintptr_t caller)
+/* (always inlined: the recorded stack starts at the allocator's own
+ * function, never at a copy of this one a compiler chose not to inline) */
+static inline __attribute__((always_inline)) void crawl_heap_profile_on_alloc(const void *p,
+                                                                              size_t size,
+                                                                              uintptr_t caller)
 {
     if (__builtin_expect(crawl__hp.on != 1, 1) || !p)
         return;
@@ -113,7 +117,7 @@ static inline void crawl_heap_profile_on_alloc(const void *p, size_t size, uintp
         return;
     crawl__heap_profile_slow(p, size, caller);
 }
-static inline void crawl_heap_profile_on_free(const void *p)
+static inline __attribute__((always_inline)) void crawl_heap_profile_on_free(const void *p)
 {
     if (__builtin_expect(crawl__hp.on == 0, 1) || !p)
         return;
