@@ -49,6 +49,16 @@ typedef struct announced {
 } announced;
 static announced *entries;              /* under jit_lock */
 static pthread_mutex_t jit_lock = PTHREAD_MUTEX_INITIALIZER;
+
+/* fork(): a child forked while another thread announced or withdrew a
+ * range would inherit jit_lock held, and its first crawl_code_range_remove
+ * would wait for ever (test_edges caught it: 1 child in 100). */
+static void fork_prepare(void) { pthread_mutex_lock(&jit_lock); }
+static void fork_release(void) { pthread_mutex_unlock(&jit_lock); }
+__attribute__((constructor)) static void register_fork_handlers(void)
+{
+    pthread_atfork(fork_prepare, fork_release, fork_release);
+}
 static int gdb_jit_on = 1;
 
 static void *zeros_for(size_t n) { return calloc(1, n ? n : 1); }
