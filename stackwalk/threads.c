@@ -55,6 +55,27 @@ static struct {
     copy *frames;                       /* MAX_FRAMES, mapped on first use (data stays small) */
 } req;
 static pthread_mutex_t req_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_mutex_t dump_lock = PTHREAD_MUTEX_INITIALIZER;   /* outside req_lock */
+static pthread_mutex_t workers_lock = PTHREAD_MUTEX_INITIALIZER;
+
+/* fork(): a child must not inherit these held by a thread that dumped,
+ * walked or installed a worker at the fork (its first dump would wait for
+ * ever). Only the child resets them: taking them before the fork would
+ * order them against the symbolizer's lock, which a dump holds dump_lock
+ * around. What they guard is restarted by its next user (a dump, a
+ * request); a request under way belonged to threads the child has not. */
+static void fork_child(void)
+{
+    pthread_mutex_init(&req_lock, NULL);
+    pthread_mutex_init(&dump_lock, NULL);
+    pthread_mutex_init(&workers_lock, NULL);
+    atomic_store(&req.state, 0);
+    atomic_store(&req.released, req.seq);
+}
+__attribute__((constructor)) static void register_fork_handlers(void)
+{
+    pthread_atfork(NULL, NULL, fork_child);
+}
 static int walk_signal;                 /* 0 until first use */
 
 static long futex(atomic_int *addr, int op, int val, const struct timespec *timeout)
@@ -296,7 +317,6 @@ int crawl_print_all_threads(int fd, unsigned flags)
     if (fd < 0)
         return -EINVAL;
     static dump_list l;                  /* one dump at a time: under the request lock's shadow */
-    static pthread_mutex_t dump_lock = PTHREAD_MUTEX_INITIALIZER;
     pthread_mutex_lock(&dump_lock);
     l.n = 0;
     crawl__threads_foreach_locked(collect, &l);
@@ -352,8 +372,6 @@ static struct signal_worker {
     void (*fn)(void *);
     void *arg;
 } workers[MAX_SIGNAL_WORKERS];
-static pthread_mutex_t workers_lock = PTHREAD_MUTEX_INITIALIZER;
-
 static void on_work_signal(int sig)
 {
     int saved = errno;
