@@ -139,6 +139,28 @@ int t_run_child(void (*fn)(void), char *buf, size_t len)
     return status;
 }
 
+void t_fork_children(int n, int (*ok)(void), int *hung, int *failed)
+{
+    *hung = *failed = 0;
+    for (int i = 0; i < n; i++) {
+        pid_t pid = fork();
+        if (pid < 0) {
+            ++*failed;
+            continue;
+        }
+        if (pid == 0) {
+            alarm(5);
+            _exit(ok() ? 0 : 3);
+        }
+        int status;
+        waitpid(pid, &status, 0);
+        if (WIFSIGNALED(status) && WTERMSIG(status) == SIGALRM)
+            ++*hung;
+        else if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
+            ++*failed;
+    }
+}
+
 void t_expect_lines(const char *text, const char *const *patterns)
 {
     const char *at = text;

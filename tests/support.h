@@ -58,6 +58,10 @@ void t_expect_lines(const char *text, const char *const *patterns);
 
 /* Run fn in a child process; return its wait status and its stderr in buf. */
 int t_run_child(void (*fn)(void), char *buf, size_t len);
+/* Fork n children in turn, each running ok() under a 5 s alarm (exit 0
+ * when it returns nonzero); count the children that hung (the alarm) and
+ * those that failed. For "fork while other threads hold locks" tests. */
+void t_fork_children(int n, int (*ok)(void), int *hung, int *failed);
 
 /* Assert cond; on failure print trace *tp (labelled with what) and fail
  * with cond's text. EXPECT uses the file's `static trace T`. */

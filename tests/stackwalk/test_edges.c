@@ -322,32 +322,24 @@ static void *churn(void *arg)
     return NULL;
 }
 
+static int child_uses_locks(void)
+{
+    crawl_unwind_rule fp = {.kind = CRAWL_UNWIND_FRAME_POINTER};
+    char buf[256];
+    crawl_symbol s;
+    return crawl_code_range_add(0x900000, 0x900100, NULL, &fp, NULL) == 0 &&
+           crawl_code_range_remove(0x900000) == 0 &&
+           crawl_symbolize((uintptr_t)churn + 4, &s, buf, sizeof buf) == 0;
+}
+
 static void test_fork_while_locks_are_held(void **state)
 {
     (void)state;
     churn_stop = 0;
     pthread_t t;
     assert_int_equal(pthread_create(&t, NULL, churn, NULL), 0);
-    int hung = 0, failed = 0;
-    crawl_unwind_rule fp = {.kind = CRAWL_UNWIND_FRAME_POINTER};
-    for (int i = 0; i < 100; i++) {
-        pid_t pid = fork();
-        if (pid == 0) {
-            alarm(5);
-            char buf[256];
-            crawl_symbol s;
-            int ok = crawl_code_range_add(0x900000, 0x900100, NULL, &fp, NULL) == 0 &&
-                     crawl_code_range_remove(0x900000) == 0 &&
-                     crawl_symbolize((uintptr_t)churn + 4, &s, buf, sizeof buf) == 0;
-            _exit(ok ? 0 : 3);
-        }
-        int status;
-        waitpid(pid, &status, 0);
-        if (WIFSIGNALED(status) && WTERMSIG(status) == SIGALRM)
-            hung++;
-        else if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
-            failed++;
-    }
+    int hung, failed;
+    t_fork_children(100, child_uses_locks, &hung, &failed);
     churn_stop = 1;
     pthread_join(t, NULL);
     assert_int_equal(hung, 0);

@@ -390,31 +390,21 @@ static void *dump_loop(void *arg)
     return NULL;
 }
 
+static int dump_fd;
+static int child_dumps(void) { return crawl_print_all_threads(dump_fd, CRAWL_WALK_FAST) >= 1; }
+
 static void test_fork_while_dumping(void **state)
 {
     (void)state;
     worker w;
     start(&w, 0);
     FILE *f = tmpfile();
-    int fd = fileno(f);
+    dump_fd = fileno(f);
     pthread_t t;
     atomic_store(&dumping, 1);
-    assert_int_equal(pthread_create(&t, NULL, dump_loop, &fd), 0);
-    int hung = 0, failed = 0;
-    for (int i = 0; i < 40; i++) {
-        pid_t pid = fork();
-        assert_true(pid >= 0);
-        if (pid == 0) {
-            alarm(5);
-            _exit(crawl_print_all_threads(fd, CRAWL_WALK_FAST) >= 1 ? 0 : 3);
-        }
-        int status;
-        waitpid(pid, &status, 0);
-        if (WIFSIGNALED(status) && WTERMSIG(status) == SIGALRM)
-            hung++;
-        else if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
-            failed++;
-    }
+    assert_int_equal(pthread_create(&t, NULL, dump_loop, &dump_fd), 0);
+    int hung, failed;
+    t_fork_children(40, child_dumps, &hung, &failed);
     atomic_store(&dumping, 0);
     pthread_join(t, NULL);
     fclose(f);
