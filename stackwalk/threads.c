@@ -64,6 +64,7 @@ static pthread_mutex_t workers_lock = PTHREAD_MUTEX_INITIALIZER;
  * order them against the symbolizer's lock, which a dump holds dump_lock
  * around. What they guard is restarted by its next user (a dump, a
  * request); a request under way belonged to threads the child has not. */
+static void forget_workers(void);
 static void fork_child(void)
 {
     pthread_mutex_init(&req_lock, NULL);
@@ -71,6 +72,7 @@ static void fork_child(void)
     pthread_mutex_init(&workers_lock, NULL);
     atomic_store(&req.state, 0);
     atomic_store(&req.released, req.seq);
+    forget_workers();
 }
 __attribute__((constructor)) static void register_fork_handlers(void)
 {
@@ -372,6 +374,18 @@ static struct signal_worker {
     void (*fn)(void *);
     void *arg;
 } workers[MAX_SIGNAL_WORKERS];
+/* fork child: the helper threads stayed in the parent; a signal meant for
+ * one does nothing until sw_on_signal_run is called again, which starts a
+ * new helper. */
+static void forget_workers(void)
+{
+    for (int i = 0; i < MAX_SIGNAL_WORKERS; i++)
+        if (workers[i].sig) {
+            __atomic_store_n(&workers[i].sig, 0, __ATOMIC_RELEASE);
+            close(workers[i].pipe[0]), close(workers[i].pipe[1]);
+        }
+}
+
 static void on_work_signal(int sig)
 {
     int saved = errno;

@@ -156,11 +156,14 @@ CRAWL_API int crawl_set_walk_signal(int sig);
  * frame (native frames symbolized with file:line), or a line saying why it
  * was not walked, then "end of crawl thread dump: N of M thread(s)
  * walked" last. The number of threads walked, or -EINVAL. Not
- * async-signal-safe; thread-safe. */
+ * async-signal-safe; thread-safe; a fork child may dump (the locks a
+ * parent's thread held at the fork are reset in the child). */
 CRAWL_API int crawl_print_all_threads(int fd, unsigned flags);
 /* Opt-in: on signal sig (SIGQUIT, as the JVM), a helper thread (which
  * takes no signal itself) writes crawl_print_all_threads to fd. The
- * handler only writes a byte to a pipe. 0 or a negative errno value. */
+ * handler only writes a byte to a pipe. 0 or a negative errno value.
+ * The helper thread does not survive fork: in a child the signal does
+ * nothing until the child installs the dump again. */
 CRAWL_API int crawl_install_thread_dump(int sig, int fd);
 
 /* ---- the crawl frame handed to the callback (async-signal-safe) ---------

@@ -433,6 +433,31 @@ static void test_dump_on_signal(void **state)
     assert_non_null(strstr(out, "script outer"));
     assert_non_null(strstr(out, "\nend of crawl thread dump: 2 of 2 thread(s) walked\n"));
     free(out);
+    /* a fork child installs the dump again and gets one from a helper of
+     * its own (the parent's did not survive the fork; the child used to
+     * re-arm it and wait for nothing) */
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        alarm(10);
+        FILE *g = tmpfile();
+        if (!g || crawl_install_thread_dump(SIGQUIT, fileno(g)) != 0)
+            _exit(2);
+        raise(SIGQUIT);
+        for (int i = 0; i < 300; i++) {
+            char *text = read_all(g);
+            int whole = strstr(text, "\nend of crawl thread dump: ") != NULL;
+            free(text);
+            if (whole)
+                _exit(0);
+            usleep(10000);
+        }
+        _exit(1);
+    }
+    int status;
+    waitpid(pid, &status, 0);
+    assert_true(WIFEXITED(status));
+    assert_int_equal(WEXITSTATUS(status), 0);
     signal(SIGQUIT, SIG_DFL);
     fclose(f);
     stop(&w);
