@@ -396,6 +396,13 @@ static int child_dumps(void) { return crawl_print_all_threads(dump_fd, CRAWL_WAL
 static void test_fork_while_dumping(void **state)
 {
     (void)state;
+#if defined(__SANITIZE_ADDRESS__)
+    /* GCC 12's libasan takes no allocator lock across fork: a child forked
+     * while the dumping thread is inside the runtime's malloc hangs in
+     * SizeClassAllocator64::GetFromAllocator (gdb on a hung child of a
+     * fresh-clone asan run); test_heap_fork is left out for the same. */
+    skip();
+#endif
     worker w;
     start(&w, 0);
     FILE *f = tmpfile();
