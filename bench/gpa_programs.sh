@@ -10,11 +10,7 @@
 set -eu
 build=${1:-$(dirname "$0")/../build/dev}
 pre=$build/libcrawl-preload.so
-pin=""
-command -v taskset >/dev/null && pin="taskset -c 1"
-export DEBUGINFOD_URLS=
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
+. "$(dirname "$0")/common.sh"
 seq 1 2000000 | awk '{ printf "%08d line %d\n", ($1 * 7919) % 2000003, $1 }' >"$tmp/lines"
 cat >"$tmp/work.py" <<'PY'
 import json

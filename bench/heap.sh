@@ -6,9 +6,7 @@
 # usage: bench/heap.sh [BUILD_DIR]   (default build/dev)
 set -eu
 build=${1:-$(dirname "$0")/../build/dev}
-pin=""
-command -v taskset >/dev/null && pin="taskset -c 1"
-export DEBUGINFOD_URLS=
+. "$(dirname "$0")/common.sh"
 g=$($pin "$build/bench/bench_heap" glibc | awk '{print $2}')
 c=$($pin "$build/bench/bench_heap" crawl | awk '{print $2}')
 f=$(CRAWL_OPTIONS=fast_unwind_on_malloc=1 $pin "$build/bench/bench_heap" crawl | awk '{print $2}')

@@ -13,11 +13,7 @@ build=${1:-$(dirname "$0")/../build/dev}
 iters=${2:-10000000}
 work=$build/bench/bench_heap_work
 pre=$build/libcrawl-preload.so
-pin=""
-command -v taskset >/dev/null && pin="taskset -c 1"
-export DEBUGINFOD_URLS=
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
+. "$(dirname "$0")/common.sh"
 run() {   # label, command...
     label=$1; shift
     "$@" >"$tmp/out" 2>/dev/null || { echo "bench: $label failed" >&2; exit 1; }

@@ -12,11 +12,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 build=${1:-$here/../build/dev}
 rounds=${2:-7}
 vm=$build/crawlvm
-pin=""
-command -v taskset >/dev/null && pin="taskset -c 1"
-export DEBUGINFOD_URLS=
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
+. "$here/common.sh"
 for script in "$here/profiler/fib.crawl" "$here/profiler/qsort.crawl"; do
     name=$(basename "$script" .crawl)
     : >"$tmp/off"; : >"$tmp/100"; : >"$tmp/1000"
