@@ -37,11 +37,12 @@ typedef struct copy {
  * so exactly one of them wins: a withdrawn request is never walked, a
  * taken one is always waited for (a target must never wait in its handler
  * for a requester that has gone), and a late signal never takes another
- * thread's request (the tid is in the same word; pid_max is at most 2^22). A target waits for
- * `released` to reach its own request's number, not for state to leave
- * WALKED: state comes back to WALKED with the next request for the same
- * thread (or the next thread's, were it a phase alone) before a slow target may
- * have looked (seen under load: the target waited again, for good). */
+ * thread's request (the tid is in the same word; pid_max is at most 2^22).
+ * A target waits for `released` to reach its own request's number, not for
+ * state to leave WALKED: state comes back to WALKED with the next request
+ * for the same thread (or the next thread's, were it a phase alone) before
+ * a slow target may have looked (seen under load: the target waited again,
+ * for good). */
 #define SENT(tid) ((int)(tid) << 3 | 1)
 #define TAKEN(tid) ((int)(tid) << 3 | 2)
 #define WALKED(tid) ((int)(tid) << 3 | 3)
