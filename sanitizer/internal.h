@@ -26,7 +26,10 @@ void san_depot_set_budget(size_t bytes);
 
 /* capture.c: the mixed stack above the frame whose registers are `from`
  * (a public entry point captures its own: inlining below it cannot shift
- * the first frame), into the depot. */
+ * the first frame), into the depot. Normal-context captures read the CFI
+ * of a module one pc at a time until it has been needed at SW_SINGLES_MAX
+ * pcs (SW_WALK_SPARSE_CFI): a process that captures a few stacks does not
+ * compile all of libc's. */
 uint32_t san_capture_at(const crawl_regs *from, unsigned max, unsigned flags);
 /* The stack of a signal context, the interrupted frame first (exact pc). */
 uint32_t san_capture_uc(const ucontext_t *uc, unsigned max, unsigned flags);

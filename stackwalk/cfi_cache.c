@@ -2,8 +2,13 @@
  * rules, and a rule cache in front of the tables.
  *
  * A module is compiled whole (every row of every FDE its .eh_frame_hdr
- * lists, read through elfutils libdwfl/libdw), in normal context: on warm-up,
- * or the first time a normal-context walk needs one of its rules. A rule
+ * lists, read through elfutils libdwfl/libdw), in normal context: on
+ * warm-up, or the first time a normal-context walk needs one of its rules.
+ * Sparse walks (SW_WALK_SPARSE_CFI: the sanitizer's captures) read the
+ * rule of each pc they miss alone (sw_rule_single) until they have read
+ * SW_SINGLES_MAX of a module's: a process that captures a few stacks (a
+ * sampled heap profile, a guarded-pool sample) reads a few rows of libc,
+ * not all of them, and one that captures many compiles as before. A rule
  * says CFA = rsp+N or rbp+N, the return address at CFA+a, the caller's rbp
  * at CFA+b or unchanged (cfi_rule.h); signal trampolines and outermost
  * frames have rules of their own; anything else (DWARF expressions, code
@@ -193,6 +198,26 @@ sw_rules *sw_rules_compile(const sw_module *m)
     return r;
 }
 
+uint64_t sw_rule_single(const sw_module *m, uintptr_t pc)
+{
+    uint64_t rule = sw_rule_make(SW_RULE_OTHER, 0, 0, 0);
+    sw_dwfl_lock();
+    Dwfl_Module *dm = sw_dwfl_module(pc);
+    Dwarf_Addr bias;
+    Dwarf_CFI *cfi = dm ? dwfl_module_eh_cfi(dm, &bias) : NULL;
+    Dwarf_Frame *frame = NULL;
+    if (cfi && dwarf_cfi_addrframe(cfi, pc - bias, &frame) == 0) {
+        Dwarf_Addr lo, hi;
+        bool sig;
+        if (dwarf_frame_info(frame, &lo, &hi, &sig) >= 0 && pc - bias >= lo && pc - bias < hi &&
+            pc - m->bias <= UINT32_MAX)
+            rule = frame_rule(frame, sig);
+        free(frame);
+    }
+    sw_dwfl_unlock();
+    return rule;
+}
+
 void sw_rules_free(sw_rules *r)
 {
     if (!r)
@@ -213,18 +238,26 @@ static void cache_put(sw_cfi_slot *s, uintptr_t key, uint64_t rule)
     atomic_store_explicit(&s->key, key, memory_order_release);
 }
 
-uint64_t sw_rule_lookup(const sw_snapshot *s, uintptr_t key, int signal_safe)
+uint64_t sw_rule_lookup(const sw_snapshot *s, uintptr_t key, int signal_safe, int sparse)
 {
     atomic_fetch_add_explicit(&misses, 1, memory_order_relaxed);
     const sw_seg *g = sw_seg_find(s, key);
     if (!g)
         return 0;
     sw_module *m = g->mod;
-    const sw_rules *r = signal_safe ? atomic_load_explicit(&m->rules, memory_order_acquire)
-                                    : sw_module_rules(m);
     unsigned trusted =
         atomic_load_explicit(&m->permanent, memory_order_relaxed) ? SW_RULE_TRUSTED : 0;
     uint64_t rule;
+    if (sparse && !signal_safe && m->eh_frame_hdr &&
+        !atomic_load_explicit(&m->compiled, memory_order_acquire) &&
+        atomic_fetch_add_explicit(&m->singles, 1, memory_order_relaxed) < SW_SINGLES_MAX) {
+        /* not compiled yet: this pc alone (a sample's walk need not pay for all of libc) */
+        rule = sw_rule_single(m, key) | ((uint64_t)trusted << 56);
+        cache_put(&s->cache[sw_rule_hash(key) >> (64 - SW_CFI_SLOT_BITS)], key, rule);
+        return rule;
+    }
+    const sw_rules *r = signal_safe ? atomic_load_explicit(&m->rules, memory_order_acquire)
+                                    : sw_module_rules(m);
     if (!r) {
         rule = sw_rule_make(SW_RULE_OTHER | trusted, 0, 0, 0);
         if (signal_safe && !atomic_load_explicit(&m->compiled, memory_order_acquire))

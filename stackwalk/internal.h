@@ -57,6 +57,7 @@ typedef struct sw_module {
     uintptr_t eh_frame_hdr;             /* PT_GNU_EH_FRAME in memory, or 0 */
     atomic_int permanent;               /* can never be unloaded (a pin may set it later) */
     atomic_int compiled;                /* sw_rules_compile ran (set under modules.c's lock) */
+    atomic_uint singles;                /* rules read one pc at a time before compiling */
     int seen;
     _Atomic(const sw_rules *) rules;    /* NULL: not compiled (yet), or no CFI */
     char name[];
@@ -103,6 +104,15 @@ int sw_modules_warm(void);
 /* cfi_cache.c: read a module's CFI into a table (normal context, under
  * modules.c's lock); NULL if it has none. */
 sw_rules *sw_rules_compile(const sw_module *m);
+/* The rule for one pc of m, read from its CFI through libdw: what the
+ * compiled table would say there. Normal context (allocates, takes the
+ * libdwfl lock). */
+uint64_t sw_rule_single(const sw_module *m, uintptr_t pc);
+/* How many pcs of a module are read one at a time before the module is
+ * compiled whole: a walk through a few pcs of a large library (libc: 60M
+ * instructions to compile) then costs a few libdw lookups; a module walked
+ * through many pcs is compiled as before. */
+#define SW_SINGLES_MAX 256
 void sw_rules_free(sw_rules *r);
 
 /* ---- the libdwfl session (dwfl.c), for symbolize.c and cfi_cache.c ------ */
@@ -136,8 +146,10 @@ static inline const sw_seg *sw_seg_find(const sw_snapshot *s, uintptr_t pc)
 /* The rule for key after a cache miss: from the module's table (compiled
  * now in normal context), cached. 0 if key is in no module. In signal-safe
  * walks a module not compiled yet gives SW_RULE_OTHER. Lock-free when
- * signal_safe. */
-uint64_t sw_rule_lookup(const sw_snapshot *s, uintptr_t key, int signal_safe);
+ * signal_safe. sparse (normal context): a module not compiled yet gives
+ * the rule for key alone (sw_rule_single) for its first SW_SINGLES_MAX
+ * lookups. */
+uint64_t sw_rule_lookup(const sw_snapshot *s, uintptr_t key, int signal_safe, int sparse);
 void sw_cfi_count_fallback(void);
 
 /* ---- the native cursor (cursor.c, step.c, unwind_dwarf.c) -------------- */
@@ -180,6 +192,7 @@ typedef struct sw_cursor {
     unsigned precise;
     unsigned cfi;                       /* precise: use compiled rules (else libunwind only) */
     unsigned signal_safe;
+    unsigned sparse;                    /* SW_WALK_SPARSE_CFI */
     unsigned refreshed;                 /* normal context: snap checked against the loader */
     unsigned long hits;                 /* steps served by the rule cache */
     const char *why;                    /* the slow path's reason for its last answer */
@@ -273,7 +286,7 @@ static inline __attribute__((always_inline)) uint64_t sw_rule_get(const sw_curso
             return rule;
         }
     }
-    return sw_rule_lookup(c->snap, key, c->signal_safe);
+    return sw_rule_lookup(c->snap, key, c->signal_safe, c->sparse);
 }
 
 /* Apply rule to (ip, sp, fp), as sw_fp_next does by frame pointers:
@@ -349,6 +362,11 @@ void sw_gdb_jit_remove(uintptr_t start);
 /* threads.c: on signal sig, fn(arg) runs on a helper thread that takes no
  * signal (the handler writes a byte to a pipe). 0 or a negative errno. */
 int sw_on_signal_run(int sig, void (*fn)(void *), void *arg);
+
+/* An internal walk flag (sw_walk, sw_backtrace; normal context): rules of
+ * modules not compiled yet are read one pc at a time first (cfi_cache.c).
+ * Such a walk does not make a module usable to signal-safe walks. */
+#define SW_WALK_SPARSE_CFI (1u << 31)
 
 /* The pcs above the frame whose registers are regs (as sw_walk with skip 1
  * would report them), without a callback: at most max. */

@@ -445,6 +445,7 @@ static crawl_walk_status run_walk(walk *wp, const crawl_regs *regs, unsigned exa
     w->cur.precise = precise;
     w->cur.cfi = !(flags & CRAWL_WALK_NO_CFI_CACHE);
     w->cur.signal_safe = (flags & CRAWL_WALK_SIGNAL_SAFE) != 0;
+    w->cur.sparse = (flags & SW_WALK_SPARSE_CFI) != 0;
     /* Frames newer than the first frame belong to crawl's caller's callees:
      * a signal handler that pushed Frames before walking the context it
      * interrupted. They are not part of this stack. */
@@ -539,7 +540,8 @@ crawl_walk_status crawl_walk(crawl_walk_fn fn, void *ctx, unsigned flags)
 
 unsigned sw_backtrace(const crawl_regs *regs, uintptr_t *pcs, unsigned max, unsigned flags)
 {
-    walk w = {.flags = (flags & (CRAWL_WALK_FAST | CRAWL_WALK_SIGNAL_SAFE)) | CRAWL_WALK_SKIP_FRAMES,
+    walk w = {.flags = (flags & (CRAWL_WALK_FAST | CRAWL_WALK_SIGNAL_SAFE | SW_WALK_SPARSE_CFI)) |
+                       CRAWL_WALK_SKIP_FRAMES,
               .pcs = pcs, .pcs_max = max};
     if (!max)
         return 0;

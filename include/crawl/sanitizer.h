@@ -52,8 +52,10 @@ CRAWL_API void crawl_depot_get_stats(crawl_depot_stats *out);
  * allocation stacks, right in hosts built without frame pointers) or
  * CRAWL_WALK_FAST, and CRAWL_WALK_SIGNAL_SAFE. The id, or 0. With
  * CRAWL_WALK_SIGNAL_SAFE it takes no lock and allocates nothing (the depot
- * itself grows by mmap) and is async-signal-safe; without it, the first
- * capture through a module compiles that module's CFI (allocates). */
+ * itself grows by mmap) and is async-signal-safe; without it, a capture
+ * that misses a rule of a module reads it (allocates): the rule of that pc
+ * alone for the first 256 such pcs of the module, then the module's whole
+ * CFI compiled at once. */
 CRAWL_API uint32_t crawl_depot_capture(unsigned max_frames, unsigned flags);
 
 /* The same from registers crawl_capture_regs filled in a function F: the

@@ -29,7 +29,9 @@
  * signal handler on an attached thread (without the flag an unattached
  * thread is attached, which is not signal-safe). They unwind only by rules
  * compiled beforehand in normal context (crawl_cfi_cache_warm(), or any
- * normal-context walk through the module) and only through modules that can
+ * normal-context crawl_walk or crawl_backtrace through the module; the
+ * sanitizer's stack captures read a module's rules one pc at a time first,
+ * and make only those pcs usable) and only through modules that can
  * never be unloaded (the program, the libraries it was linked against, the
  * vDSO, libraries linked -z nodelete, and those pinned with
  * crawl_module_pin()); elsewhere the native part stops and resumes at the
