@@ -28,6 +28,29 @@ static void test_put_get(void **state)
     assert_true(crawl_depot_put(big, CRAWL_DEPOT_MAX_FRAMES) != 0);
 }
 
+/* A thread's recent traces are remembered by a fingerprint of a few of
+ * their words: traces that differ only elsewhere, put in turn, must still
+ * get ids of their own (the remembered trace is compared whole). */
+static void test_put_alternating_lookalikes(void **state)
+{
+    (void)state;
+    uintptr_t a[8], b[8];
+    for (unsigned k = 0; k < 8; k++)
+        a[k] = b[k] = 0x500000 + 16 * k;
+    b[3] ^= 0x40;                        /* word 3: not among those fingerprinted */
+    uint32_t ia = crawl_depot_put(a, 8), ib = crawl_depot_put(b, 8);
+    assert_true(ia != 0 && ib != 0 && ia != ib);
+    for (int round = 0; round < 4; round++) {
+        assert_int_equal(crawl_depot_put(a, 8), ia);
+        assert_int_equal(crawl_depot_put(b, 8), ib);
+        assert_int_equal(crawl_depot_put(a, 7), crawl_depot_put(a, 7));
+        assert_true(crawl_depot_put(a, 7) != ia);
+    }
+    const uintptr_t *got;
+    assert_int_equal(crawl_depot_get(ib, &got), 8);
+    assert_memory_equal(got, b, sizeof b);
+}
+
 /* 4 threads put the same 2000 traces in different orders: every trace gets
  * one id, the same in every thread, and get returns that trace. */
 #define TRACES 2000
@@ -204,6 +227,7 @@ int main(void)
     crawl_thread_attach();
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_put_get),
+        cmocka_unit_test(test_put_alternating_lookalikes),
         cmocka_unit_test(test_ids_stable_under_threads),
         cmocka_unit_test(test_capture_mixed_stack),
         cmocka_unit_test(test_budget),
