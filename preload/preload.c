@@ -26,9 +26,15 @@
 #include <crawl/stackwalk.h>
 
 #define EXPORT __attribute__((visibility("default")))
+/* x is "changed" after the call that made it: the call cannot be a tail call */
+#define NO_TAIL(x) __asm__ volatile("" : "+r"(x))
 
-static void *(*real_malloc)(size_t);
-static void (*real_free)(void *);
+static void *resolving_malloc(size_t n);
+static void resolving_free(void *p);
+/* malloc and free start at resolvers, so that their fast paths need not
+ * ask whether glibc's functions are known yet */
+static void *(*real_malloc)(size_t) = resolving_malloc;
+static void (*real_free)(void *) = resolving_free;
 static void *(*real_calloc)(size_t, size_t);
 static void *(*real_realloc)(void *, size_t);
 static void *(*real_memalign)(size_t, size_t);
@@ -41,11 +47,17 @@ static int secure;                       /* set-uid/set-gid: never sample */
 static _Alignas(16) char boot[1 << 16];
 static atomic_size_t boot_used;
 
+/* A bootstrap block is also marked for good in the heap profile's free
+ * filter (a count stuck at 255): free's fast path then never hands it to
+ * glibc, without a test of its own. */
 static void *boot_alloc(size_t n)
 {
     size_t want = (n + 15) & ~(size_t)15;
     size_t at = atomic_fetch_add(&boot_used, want);
-    return at + want <= sizeof boot ? boot + at : NULL;
+    if (at + want > sizeof boot)
+        return NULL;
+    crawl__hp_filter_stick(boot + at);
+    return boot + at;
 }
 
 static int from_boot(const void *p)
@@ -60,15 +72,33 @@ static void resolve(void)
     if (ready || resolving)
         return;
     resolving = 1;
-    real_malloc = (void *(*)(size_t))dlsym(RTLD_NEXT, "malloc");
-    real_free = (void (*)(void *))dlsym(RTLD_NEXT, "free");
+    void *(*m)(size_t) = (void *(*)(size_t))dlsym(RTLD_NEXT, "malloc");
+    void (*f)(void *) = (void (*)(void *))dlsym(RTLD_NEXT, "free");
     real_calloc = (void *(*)(size_t, size_t))dlsym(RTLD_NEXT, "calloc");
     real_realloc = (void *(*)(void *, size_t))dlsym(RTLD_NEXT, "realloc");
     real_memalign = (void *(*)(size_t, size_t))dlsym(RTLD_NEXT, "memalign");
     real_usable = (size_t(*)(void *))dlsym(RTLD_NEXT, "malloc_usable_size");
     secure = getauxval(AT_SECURE) != 0;
-    ready = real_malloc && real_free && real_calloc && real_realloc && real_memalign && real_usable;
+    if (m && f && real_calloc && real_realloc && real_memalign && real_usable) {
+        real_malloc = m, real_free = f;
+        ready = 1;
+    }
     resolving = 0;
+}
+
+static void *resolving_malloc(size_t n)
+{
+    resolve();
+    return ready ? real_malloc(n) : boot_alloc(n);
+}
+
+static void resolving_free(void *p)
+{
+    if (from_boot(p))
+        return;
+    resolve();
+    if (ready)
+        real_free(p);                    /* (else glibc is out of reach: the block stays) */
 }
 
 /* CRAWL_OPTIONS' heap_profile=1 / leak_check=1: record from the start. */
@@ -108,52 +138,81 @@ static inline __attribute__((always_inline)) void forget(void *p) { crawl_heap_p
  * running and not at its end, and the heap profile records nothing for
  * this allocation (not recording, or sampling by bytes with this one short
  * of the next sample). 1 then, with both countdowns taken down; 0 leaves
- * them as they were, for alloc() to decide. */
+ * them as they were, for alloc_slow() to decide. */
 static inline __attribute__((always_inline)) int plain_alloc(size_t n)
 {
-    if (__builtin_expect(!ready || crawl__gpa_next <= 1, 0))
+    uint32_t next = crawl__gpa_next;
+    if (__builtin_expect(next <= 1, 0))
         return 0;
-    if (__builtin_expect(crawl__hp.on == 1, 0)) {
+    int mode = crawl__hp.mode;
+    if (__builtin_expect(mode != 0, 0)) {
         long left = crawl__hp_countdown - (long)(n ? n : 1);
-        if (!crawl__hp.sampled || left <= 0)
+        if (mode != 2 || left <= 0)
             return 0;
         crawl__hp_countdown = left;
     }
-    crawl__gpa_next--;
+    crawl__gpa_next = next - 1;
     return 1;
+}
+
+/* The heap profile's hook for alloc_slow: the stack starts at alloc_slow's
+ * caller (malloc, new, strdup...), not at alloc_slow. */
+static inline __attribute__((always_inline)) void recorded_above(void *p, size_t n,
+                                                                 const void *caller,
+                                                                 const crawl_regs *here)
+{
+    if (__builtin_expect(crawl__hp.on != 1, 1) || !p)
+        return;
+    if (crawl__hp.sampled && (crawl__hp_countdown -= (long)(n ? n : 1)) > 0)
+        return;
+    crawl__heap_profile_slow_from(p, n, (uintptr_t)caller, here);
+}
+
+/* Everything but the common case, out of line: the entry points' fast
+ * paths then need no registers saved. A real call from the entry point
+ * (never a tail call: its frame stays), and captures skip this frame. */
+__attribute__((noinline)) static void *alloc_slow(size_t n, const void *caller)
+{
+    crawl_regs here;
+    crawl_capture_regs(&here);
+    if (__builtin_expect(!ready, 0)) {
+        resolve();
+        if (!ready)
+            return boot_alloc(n);
+    }
+    void *p = NULL;
+    if (!secure && !crawl_gpa_should_sample_inline())
+        ;
+    else if (!secure)
+        p = crawl__gpa_allocate_from(n, 0, &here);
+    if (!p)
+        p = real_malloc(n);
+    recorded_above(p, n, caller, &here);
+    NO_TAIL(p);
+    return p;
 }
 
 /* Inlined into each entry point: stacks start at malloc, new, strdup... */
 static inline __attribute__((always_inline)) void *alloc(size_t n, const void *caller)
 {
     if (__builtin_expect(plain_alloc(n), 1))
-        return real_malloc(n);           /* malloc: a tail call */
-    if (__builtin_expect(!ready, 0)) {
-        resolve();
-        if (!ready)
-            return boot_alloc(n);
-    }
-    void *p = sampled(n, 0);
-    return recorded(p ? p : real_malloc(n), n, caller);
+        return real_malloc(n);           /* a tail call where the entry point allows */
+    void *p = alloc_slow(n, caller);
+    NO_TAIL(p);                          /* keep the entry point's frame: the stack starts there */
+    return p;
 }
 
 EXPORT void *malloc(size_t n) { return alloc(n, __builtin_return_address(0)); }
 
-/* A free that is glibc's alone: not the pool's, not the bootstrap arena's,
- * and not a pointer the heap profile may hold (its filter says no). */
+/* A free that is glibc's alone: not the pool's, and not a pointer the
+ * free filter has (a chunk the heap profile holds, a bootstrap block). */
 static inline __attribute__((always_inline)) int plain_free(const void *p)
 {
-    return ready && !crawl_gpa_owns_inline(p) && !from_boot(p) &&
-           (crawl__hp.on == 0 ||
-            !__atomic_load_n(&crawl__hp.counts[crawl__hp_filter_slot(p)], __ATOMIC_RELAXED));
+    return !crawl_gpa_owns_inline(p) && !crawl__hp_filter_has(p);
 }
 
-EXPORT void free(void *p)
+__attribute__((noinline)) static void free_slow(void *p)
 {
-    if (__builtin_expect(plain_free(p), 1)) {
-        real_free(p);
-        return;
-    }
     if (!p || from_boot(p))
         return;
     forget(p);
@@ -161,10 +220,15 @@ EXPORT void free(void *p)
         crawl_gpa_deallocate(p);
         return;
     }
-    if (!ready)
-        resolve();
-    if (ready)
+    real_free(p);                        /* (a resolver until glibc's is known) */
+}
+
+EXPORT void free(void *p)
+{
+    if (__builtin_expect(plain_free(p), 1))
         real_free(p);
+    else
+        free_slow(p);
 }
 
 EXPORT void *calloc(size_t n, size_t size)

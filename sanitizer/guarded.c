@@ -58,7 +58,7 @@ static pthread_once_t pool_once = PTHREAD_ONCE_INIT;
 #define GPA_TLS __attribute__((tls_model("initial-exec")))
 __thread uint32_t crawl__gpa_next GPA_TLS;     /* 0: not running on this thread (never "sample") */
 #define next_sample crawl__gpa_next
-uintptr_t crawl__gpa_lo, crawl__gpa_hi;        /* the pool, for crawl_gpa_owns_inline */
+struct crawl__gpa_bounds crawl__gpa_bounds;   /* the pool, for crawl_gpa_owns_inline */
 static __thread int inside GPA_TLS;             /* recursion guard */
 static __thread int reporting GPA_TLS;          /* the fault handler writes a report */
 
@@ -184,8 +184,8 @@ static void make_pool(void)
     pool.end = pool.base + bytes;
     arena_lo = pool.base + slots;
     mprotect((void *)arena_lo, ARENA_BYTES, PROT_READ | PROT_WRITE);   /* NORESERVE: costs what reports touch */
-    crawl__gpa_lo = pool.base;
-    crawl__gpa_hi = pool.end;
+    crawl__gpa_bounds.lo = pool.base;   /* lo first: a reader that sees span sees it */
+    __atomic_store_n(&crawl__gpa_bounds.span, pool.end - pool.base, __ATOMIC_RELEASE);
     pool.page = page;
     pool.n = n;
     pool.slot = meta;
@@ -287,10 +287,24 @@ static unsigned capture(const crawl_regs *from, unsigned char *out)
     return (unsigned)pack(w, n, out, TRACE_BYTES);
 }
 
+static void *allocate(size_t size, size_t alignment, const crawl_regs *from);
+
 void *crawl_gpa_allocate(size_t size, size_t alignment)
 {
     crawl_regs entry;
     crawl_capture_regs(&entry);
+    void *p = allocate(size, alignment, &entry);
+    CRAWL__NO_TAIL(p);
+    return p;
+}
+
+void *crawl__gpa_allocate_from(size_t size, size_t alignment, const crawl_regs *from)
+{
+    return allocate(size, alignment, from);
+}
+
+static void *allocate(size_t size, size_t alignment, const crawl_regs *from)
+{
     if (alignment == 0)
         alignment = 16;
     if (reporting && pool.ready && !(alignment & (alignment - 1)))
@@ -324,7 +338,7 @@ void *crawl_gpa_allocate(size_t size, size_t alignment)
     g->size = size;
     g->reported = 0;
     g->alloc_tid = san_thread_id();
-    g->alloc_len = (uint16_t)capture(&entry, g->alloc_trace);
+    g->alloc_len = (uint16_t)capture(from, g->alloc_trace);
     g->free_len = 0;
     __atomic_store_n(&g->state, SLOT_LIVE, __ATOMIC_RELEASE);
     inside = 0;

@@ -9,6 +9,7 @@
  * own locks). */
 #include <errno.h>
 #include <fcntl.h>
+#include <sched.h>
 #include <signal.h>
 #include <math.h>
 #include <pthread.h>
@@ -28,11 +29,11 @@ CRAWL_API struct crawl__hp_fast crawl__hp;
 CRAWL_API __thread long crawl__hp_countdown __attribute__((tls_model("initial-exec")));
 
 typedef struct shard {
-    pthread_mutex_t lock;
+    atomic_int lock;                    /* shard_lock */
     hp_entry *t;                        /* cap entries, mmap'ed */
     size_t cap, used, live;             /* used counts tombstones too */
     size_t live_bytes;
-    char pad[64 - (sizeof(pthread_mutex_t) + sizeof(void *) + 4 * sizeof(size_t)) % 64];
+    char pad[64 - (sizeof(atomic_int) + 4 + sizeof(void *) + 4 * sizeof(size_t)) % 64];
 } shard;
 
 static shard shards[HP_SHARDS];
@@ -47,27 +48,61 @@ static inline uint64_t hash_ptr(uintptr_t p)
     return (uint64_t)(p >> 4) * 0x9e3779b97f4a7c15ULL;
 }
 
-/* The free fast path's filter: a count of recorded pointers per hash (a
- * count that reaches 255 stays there: frees then always look). A free reads
- * its pointer's count after the increment its allocation made, in program
- * order (or after the program's own hand-over between threads). */
-static void filter_add(uintptr_t ptr, int delta)
+/* A shard's lock: a test-and-set lock that yields while it waits. A hook
+ * holds it for one probe of one table (a rehash at worst), so the
+ * uncontended case is what counts: one atomic exchange and one store,
+ * where pthread_mutex_lock/unlock cost a hundred instructions a pair.
+ * Nothing is ever taken inside it. */
+static inline void shard_lock(atomic_int *l)
 {
-    unsigned char *c = &crawl__hp.counts[crawl__hp_filter_slot((const void *)ptr)];
-    unsigned char v = __atomic_load_n(c, __ATOMIC_RELAXED);
-    do {
-        if (v == 255)
-            return;
-    } while (!__atomic_compare_exchange_n(c, &v, (unsigned char)(v + delta), 1, __ATOMIC_RELAXED,
-                                          __ATOMIC_RELAXED));
+    while (atomic_exchange_explicit(l, 1, memory_order_acquire)) {
+        while (atomic_load_explicit(l, memory_order_relaxed))
+            sched_yield();
+    }
 }
 
-static void shards_init(void)
+static inline void shard_unlock(atomic_int *l)
 {
-    for (int i = 0; i < HP_SHARDS; i++)
-        pthread_mutex_init(&shards[i].lock, NULL);
+    atomic_store_explicit(l, 0, memory_order_release);
 }
-static pthread_once_t once = PTHREAD_ONCE_INIT;
+
+
+/* The free fast path's filter: a count of recorded pointers per hash (a
+ * count that reaches 255 stays there: frees then always look), and a bit
+ * per hash that says "not 0", the only part a free reads. A slot's count
+ * and its bits word belong to one shard (slot and shard are the top bits
+ * of one hash), and change under that shard's lock only. A free reads its
+ * pointer's bit after the store its allocation made, in program order (or
+ * after the program's own hand-over between threads). */
+#define SLOT_SHARD(slot) ((slot) >> (14 - HP_SHARD_BITS))
+
+static void filter_set(unsigned slot, unsigned char count)
+{
+    uint64_t *w = &crawl__hp.bits[slot / 64], m = (uint64_t)1 << (slot % 64);
+    uint64_t was = __atomic_load_n(w, __ATOMIC_RELAXED);
+    __atomic_store_n(&crawl__hp.counts[slot], count, __ATOMIC_RELAXED);
+    if (!!(was & m) != (count != 0))
+        __atomic_store_n(w, was ^ m, __ATOMIC_RELAXED);
+}
+
+static void filter_add(uintptr_t ptr, int delta)   /* under ptr's shard lock */
+{
+    unsigned slot = crawl__hp_filter_slot((const void *)ptr);
+    unsigned char v = __atomic_load_n(&crawl__hp.counts[slot], __ATOMIC_RELAXED);
+    if (v == 255 || (v == 0 && delta < 0))
+        return;
+    filter_set(slot, (unsigned char)(v + delta));
+}
+
+
+void crawl__hp_filter_stick(const void *p)
+{
+    unsigned slot = crawl__hp_filter_slot(p);
+    shard *s = &shards[SLOT_SHARD(slot)];
+    shard_lock(&s->lock);
+    filter_set(slot, 255);
+    shard_unlock(&s->lock);
+}
 
 /* Rehash s into a table of cap entries (under its lock). 0 or -ENOMEM. */
 static int rehash(shard *s, size_t cap)
@@ -95,10 +130,10 @@ static int insert(const hp_entry *e)
 {
     uint64_t h = hash_ptr(e->ptr);
     shard *s = &shards[h >> (64 - HP_SHARD_BITS)];
-    pthread_mutex_lock(&s->lock);
+    shard_lock(&s->lock);
     if ((s->used + 1) * 2 > s->cap &&
         rehash(s, s->live * 4 + 4 > s->cap ? (s->cap ? s->cap * 2 : 1024) : s->cap) != 0) {
-        pthread_mutex_unlock(&s->lock);
+        shard_unlock(&s->lock);
         return -ENOMEM;
     }
     size_t j = h & (s->cap - 1), tomb = SIZE_MAX;
@@ -108,7 +143,7 @@ static int insert(const hp_entry *e)
             s->live_bytes -= s->t[j].size;
             s->t[j] = *e;
             s->live_bytes += e->size;
-            pthread_mutex_unlock(&s->lock);
+            shard_unlock(&s->lock);
             return 0;
         }
         if (p == HP_TOMB && tomb == SIZE_MAX)
@@ -124,7 +159,7 @@ static int insert(const hp_entry *e)
     s->t[j] = *e;
     s->live++;
     s->live_bytes += e->size;
-    pthread_mutex_unlock(&s->lock);
+    shard_unlock(&s->lock);
     return 0;
 }
 
@@ -132,7 +167,7 @@ static void erase(uintptr_t ptr)
 {
     uint64_t h = hash_ptr(ptr);
     shard *s = &shards[h >> (64 - HP_SHARD_BITS)];
-    pthread_mutex_lock(&s->lock);
+    shard_lock(&s->lock);
     if (s->cap) {
         for (size_t j = h & (s->cap - 1);; j = (j + 1) & (s->cap - 1)) {
             uintptr_t p = s->t[j].ptr;
@@ -147,7 +182,7 @@ static void erase(uintptr_t ptr)
             }
         }
     }
-    pthread_mutex_unlock(&s->lock);
+    shard_unlock(&s->lock);
 }
 
 /* ---- sampling by bytes (tcmalloc's heap sampler) -------------------------------------- */
@@ -214,6 +249,17 @@ void crawl__heap_profile_slow(const void *p, size_t size, uintptr_t caller)
     CRAWL__NO_TAIL(size);
 }
 
+void crawl__heap_profile_slow_from(const void *p, size_t size, uintptr_t caller,
+                                   const crawl_regs *from)
+{
+    if (inside || crawl__busy)
+        return;
+    int sample = crawl__hp.sampled;
+    if (sample && !take_sample())
+        return;
+    record(p, size, caller, from, sample);
+}
+
 void crawl_heap_profile_alloc(const void *p, size_t size, uintptr_t caller)
 {
     if (!p || crawl__hp.on != 1 || inside || crawl__busy)
@@ -237,16 +283,17 @@ void crawl_heap_profile_free(const void *p)
 
 int crawl_heap_profile_start(void)
 {
-    pthread_once(&once, shards_init);
     unsigned n = san_opts()->heap_sample_bytes;
     atomic_store(&sample_bytes, n);
     __atomic_store_n(&crawl__hp.sampled, n != 0, __ATOMIC_RELAXED);
     __atomic_store_n(&crawl__hp.on, 1, __ATOMIC_RELEASE);
+    __atomic_store_n(&crawl__hp.mode, n != 0 ? 2 : 1, __ATOMIC_RELEASE);
     return 0;
 }
 
 void crawl_heap_profile_stop(void)
 {
+    __atomic_store_n(&crawl__hp.mode, 0, __ATOMIC_RELEASE);
     if (__atomic_load_n(&crawl__hp.on, __ATOMIC_RELAXED))
         __atomic_store_n(&crawl__hp.on, 2, __ATOMIC_RELEASE);
 }
@@ -255,20 +302,19 @@ void crawl_heap_profile_stop(void)
 
 int hp_snapshot(hp_snap *out)
 {
-    pthread_once(&once, shards_init);
     memset(out, 0, sizeof *out);
     out->sample_bytes = atomic_load(&sample_bytes);
     size_t cap = 0;
     hp_entry *all = NULL;
     for (int i = 0; i < HP_SHARDS; i++) {
         shard *s = &shards[i];
-        pthread_mutex_lock(&s->lock);
+        shard_lock(&s->lock);
         if (out->n + s->live > cap) {
             size_t ncap = (out->n + s->live) * 2 + 1024;
             hp_entry *bigger = mmap(NULL, ncap * sizeof *bigger, PROT_READ | PROT_WRITE,
                                     MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
             if (bigger == MAP_FAILED) {
-                pthread_mutex_unlock(&s->lock);
+                shard_unlock(&s->lock);
                 if (all)
                     munmap(all, cap * sizeof *all);
                 return -ENOMEM;
@@ -282,7 +328,7 @@ int hp_snapshot(hp_snap *out)
         for (size_t j = 0; j < s->cap; j++)
             if (s->t[j].ptr > HP_TOMB)
                 all[out->n++] = s->t[j];
-        pthread_mutex_unlock(&s->lock);
+        shard_unlock(&s->lock);
     }
     out->e = all, out->cap = cap;
     out->dropped = atomic_load(&dropped);
@@ -294,13 +340,13 @@ size_t hp_table_ranges(uintptr_t (*out)[2], size_t max)
     size_t k = 0;
     for (int i = 0; i < HP_SHARDS && k < max; i++) {
         shard *s = &shards[i];
-        pthread_mutex_lock(&s->lock);
+        shard_lock(&s->lock);
         if (s->t) {
             out[k][0] = (uintptr_t)s->t;
             out[k][1] = (uintptr_t)(s->t + s->cap);
             k++;
         }
-        pthread_mutex_unlock(&s->lock);
+        shard_unlock(&s->lock);
     }
     return k;
 }
@@ -322,14 +368,13 @@ void hp_inside_leave(int was) { inside = was; }
 
 void crawl_heap_profile_totals(crawl_heap_totals *out)
 {
-    pthread_once(&once, shards_init);
     memset(out, 0, sizeof *out);
     for (int i = 0; i < HP_SHARDS; i++) {
         shard *s = &shards[i];
-        pthread_mutex_lock(&s->lock);
+        shard_lock(&s->lock);
         out->live_bytes += s->live_bytes;
         out->live_objects += s->live;
-        pthread_mutex_unlock(&s->lock);
+        shard_unlock(&s->lock);
     }
     out->dropped = atomic_load(&dropped);
     hp_snap snap;
@@ -344,12 +389,11 @@ void crawl_heap_profile_totals(crawl_heap_totals *out)
 /* fork(): the shards are leaves (nothing is taken inside them). */
 void san_hp_fork(int lock)
 {
-    pthread_once(&once, shards_init);
     for (int i = 0; i < HP_SHARDS; i++) {
         if (lock)
-            pthread_mutex_lock(&shards[i].lock);
+            shard_lock(&shards[i].lock);
         else
-            pthread_mutex_unlock(&shards[i].lock);
+            shard_unlock(&shards[i].lock);
     }
 }
 

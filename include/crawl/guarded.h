@@ -33,7 +33,9 @@ extern "C" {
  * allocator's fast path then costs a TLS decrement and a branch, and two
  * compares on free: GWP-ASan's design). Read them only through those. */
 CRAWL_API extern __thread uint32_t crawl__gpa_next __attribute__((tls_model("initial-exec")));
-CRAWL_API extern uintptr_t crawl__gpa_lo, crawl__gpa_hi;
+CRAWL_API extern struct crawl__gpa_bounds {
+    uintptr_t lo, span;                  /* the pool's mapping: [lo, lo + span) */
+} crawl__gpa_bounds;
 CRAWL_API int crawl__gpa_sample_slow(void);
 
 /* crawl_gpa_should_sample and crawl_gpa_owns, inlined. */
@@ -48,7 +50,8 @@ static inline int crawl_gpa_should_sample_inline(void)
 
 static inline int crawl_gpa_owns_inline(const void *p)
 {
-    return (uintptr_t)p - crawl__gpa_lo < crawl__gpa_hi - crawl__gpa_lo;
+    return (uintptr_t)p - crawl__gpa_bounds.lo <
+           __atomic_load_n(&crawl__gpa_bounds.span, __ATOMIC_ACQUIRE);
 }
 
 /* 1 once in gpa_sample_rate calls on average (a per-thread countdown: a
@@ -69,6 +72,11 @@ CRAWL_API int crawl_gpa_should_sample(void);
  * async-signal-safe except in that report mode. */
 CRAWL_API CRAWL_ATTR_MALLOC CRAWL_ATTR_ALLOC_SIZE(1) void *crawl_gpa_allocate(size_t size,
                                                                               size_t alignment);
+
+/* The same, the allocation stack starting at the caller of the frame
+ * whose registers are *from (an allocator whose slow path is a function of
+ * its own). Not API. */
+CRAWL_API void *crawl__gpa_allocate_from(size_t size, size_t alignment, const crawl_regs *from);
 
 /* Free a pool allocation (check crawl_gpa_owns first). A double free or a
  * pointer that is not an allocation's start is reported, and stops the
