@@ -4,9 +4,11 @@
 # heaptrack (every allocation with its stack, when installed); crawl's
 # preload recording every allocation with its stack (CFI, the default);
 # the same with frame-pointer stacks; crawl sampling stacks every 512 KiB
-# (tcmalloc's default); the preload alone, recording nothing (the price of
-# interposing malloc at all). Medians of the workload's own wall time, and the
-# overhead of each over glibc.
+# (Go's MemProfileRate); the preload alone, recording nothing (the price of
+# interposing malloc at all); the same with GWP-ASan at its default rate.
+# The heap profile rows run with GWP-ASan off (gpa_sample_rate=0), as
+# heaptrack has none: its cost is the last row's. Medians of the workload's
+# own wall time, and the overhead of each over glibc.
 # usage: bench/heap_profile.sh [BUILD_DIR] [ITERATIONS]
 set -eu
 build=${1:-$(dirname "$0")/../build/dev}
@@ -24,10 +26,13 @@ command -v heaptrack >/dev/null && have_heaptrack=1
 for round in 1 2 3 4 5; do
     run glibc $pin "$work" "$iters"
     [ $have_heaptrack -eq 1 ] && run heaptrack $pin heaptrack -o "$tmp/ht" "$work" "$iters"
-    CRAWL_OPTIONS=heap_profile=1 LD_PRELOAD=$pre run crawl $pin "$work" "$iters"
-    CRAWL_OPTIONS=heap_profile=1:heap_stack_fast=1 LD_PRELOAD=$pre run crawl_fast $pin "$work" "$iters"
-    CRAWL_OPTIONS=heap_profile=1:heap_sample_bytes=524288 LD_PRELOAD=$pre run sampled $pin "$work" "$iters"
+    CRAWL_OPTIONS=heap_profile=1:gpa_sample_rate=0 LD_PRELOAD=$pre run crawl $pin "$work" "$iters"
+    CRAWL_OPTIONS=heap_profile=1:heap_stack_fast=1:gpa_sample_rate=0 LD_PRELOAD=$pre \
+        run crawl_fast $pin "$work" "$iters"
+    CRAWL_OPTIONS=heap_profile=1:heap_sample_bytes=524288:gpa_sample_rate=0 LD_PRELOAD=$pre \
+        run sampled $pin "$work" "$iters"
     CRAWL_OPTIONS=gpa_sample_rate=0 LD_PRELOAD=$pre run preload $pin "$work" "$iters"
+    LD_PRELOAD=$pre run gpa $pin "$work" "$iters"
     rm -f "$tmp"/ht*
 done
 med() { sort -n "$tmp/$1" | sed -n 3p; }
@@ -35,7 +40,7 @@ g=$(med glibc)
 h=$([ $have_heaptrack -eq 1 ] && med heaptrack || echo 0)
 echo "bench/heap_profile: $iters malloc/free pairs, seconds (median of 5, one core)"
 awk -v g="$g" -v h="$h" -v c="$(med crawl)" -v f="$(med crawl_fast)" -v s="$(med sampled)" \
-    -v p="$(med preload)" 'BEGIN {
+    -v p="$(med preload)" -v a="$(med gpa)" 'BEGIN {
     printf "  glibc alone                        %7.3f\n", g
     if (h > 0)
         printf "  heaptrack (every stack)            %7.3f   %5.2fx  overhead %+6.0f%%\n", h, h / g, 100 * (h - g) / g
@@ -45,4 +50,5 @@ awk -v g="$g" -v h="$h" -v c="$(med crawl)" -v f="$(med crawl_fast)" -v s="$(med
     if (h > 0) printf "   (%.2f of heaptrack'"'"'s overhead)", (c - g) / (h - g)
     printf "\n  crawl, every stack (frame pointers) %6.3f   %5.2fx  overhead %+6.0f%%\n", f, f / g, 100 * (f - g) / g
     printf "  crawl, sampled every 512 KiB       %7.3f   %5.2fx  overhead %+6.0f%%\n", s, s / g, 100 * (s - g) / g
-    printf "  the preload recording nothing      %7.3f   %5.2fx  overhead %+6.0f%%\n", p, p / g, 100 * (p - g) / g }'
+    printf "  the preload recording nothing      %7.3f   %5.2fx  overhead %+6.0f%%\n", p, p / g, 100 * (p - g) / g
+    printf "  the same, GWP-ASan 1 in 5000       %7.3f   %5.2fx  overhead %+6.0f%%\n", a, a / g, 100 * (a - g) / g }'
