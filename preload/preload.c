@@ -181,9 +181,7 @@ __attribute__((noinline)) static void *alloc_slow(size_t n, const void *caller)
             return boot_alloc(n);
     }
     void *p = NULL;
-    if (!secure && !crawl_gpa_should_sample_inline())
-        ;
-    else if (!secure)
+    if (!secure && crawl_gpa_should_sample_inline())
         p = crawl__gpa_allocate_from(n, 0, &here);
     if (!p)
         p = real_malloc(n);
