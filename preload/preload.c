@@ -18,8 +18,15 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <stdarg.h>
 #include <sys/auxv.h>
+#include <sys/mman.h>
+#include <sys/syscall.h>
 #include <unistd.h>
+
+#ifndef MREMAP_DONTUNMAP
+#define MREMAP_DONTUNMAP 4 /* Linux 5.7; glibc 2.36's headers lack it */
+#endif
 
 #include <crawl/guarded.h>
 #include <crawl/heap_profile.h>
@@ -39,6 +46,9 @@ static void *(*real_calloc)(size_t, size_t);
 static void *(*real_realloc)(void *, size_t);
 static void *(*real_memalign)(size_t, size_t);
 static size_t (*real_usable)(void *);
+static void *(*real_mmap)(void *, size_t, int, int, int, off_t);
+static int (*real_munmap)(void *, size_t);
+static void *(*real_mremap)(void *, size_t, size_t, int, ...);
 static int ready;                        /* 1: the real functions are known; -1: pass-through only */
 static int secure;                       /* set-uid/set-gid: never sample */
 
@@ -78,6 +88,9 @@ static void resolve(void)
     real_realloc = (void *(*)(void *, size_t))dlsym(RTLD_NEXT, "realloc");
     real_memalign = (void *(*)(size_t, size_t))dlsym(RTLD_NEXT, "memalign");
     real_usable = (size_t(*)(void *))dlsym(RTLD_NEXT, "malloc_usable_size");
+    real_mmap = (void *(*)(void *, size_t, int, int, int, off_t))dlsym(RTLD_NEXT, "mmap");
+    real_munmap = (int (*)(void *, size_t))dlsym(RTLD_NEXT, "munmap");
+    real_mremap = (void *(*)(void *, size_t, size_t, int, ...))dlsym(RTLD_NEXT, "mremap");
     secure = getauxval(AT_SECURE) != 0;
     if (m && f && real_calloc && real_realloc && real_memalign && real_usable) {
         real_malloc = m, real_free = f;
@@ -352,6 +365,65 @@ EXPORT char *strndup(const char *s, size_t max)
     memcpy(d, s, n);
     d[n] = '\0';
     return d;
+}
+
+/* ---- mappings (recorded with heap_profile_mmap=1) -------------------------------------
+ * Before glibc's functions are known (dlsym itself may map), the system
+ * calls themselves. */
+
+static void *sys_mmap(void *addr, size_t len, int prot, int flags, int fd, off_t off)
+{
+    if (real_mmap)
+        return real_mmap(addr, len, prot, flags, fd, off);
+    return (void *)syscall(SYS_mmap, addr, len, prot, flags, fd, off);
+}
+
+/* Inlined into each entry point: the stack starts at mmap or mmap64. */
+static inline __attribute__((always_inline)) void *mapped(void *p, size_t len, const void *caller)
+{
+    if (__builtin_expect(crawl__hp.mmap, 0) && p != MAP_FAILED)
+        crawl_heap_profile_mmap(p, len, (uintptr_t)caller);
+    NO_TAIL(p);
+    return p;
+}
+
+EXPORT void *mmap(void *addr, size_t len, int prot, int flags, int fd, off_t off)
+{
+    return mapped(sys_mmap(addr, len, prot, flags, fd, off), len, __builtin_return_address(0));
+}
+
+EXPORT void *mmap64(void *addr, size_t len, int prot, int flags, int fd, off_t off)
+{
+    return mapped(sys_mmap(addr, len, prot, flags, fd, off), len, __builtin_return_address(0));
+}
+
+EXPORT int munmap(void *addr, size_t len)
+{
+    int rc = real_munmap ? real_munmap(addr, len) : (int)syscall(SYS_munmap, addr, len);
+    if (__builtin_expect(crawl__hp.mmap, 0) && rc == 0)
+        crawl_heap_profile_munmap(addr, len);
+    return rc;
+}
+
+EXPORT void *mremap(void *old, size_t old_len, size_t len, int flags, ...)
+{
+    void *want = NULL;
+    if (flags & MREMAP_FIXED) {          /* the new address, only then */
+        va_list ap;
+        va_start(ap, flags);
+        want = va_arg(ap, void *);
+        va_end(ap);
+    }
+    void *p = real_mremap ? real_mremap(old, old_len, len, flags, want)
+                          : (void *)syscall(SYS_mremap, old, old_len, len, flags, want);
+    if (__builtin_expect(crawl__hp.mmap, 0) && p != MAP_FAILED) {
+        if (flags & MREMAP_DONTUNMAP)    /* the old pages stay mapped: a new region */
+            crawl_heap_profile_mmap(p, len, (uintptr_t)__builtin_return_address(0));
+        else
+            crawl_heap_profile_mremap(old, old_len, p, len);
+    }
+    NO_TAIL(p);
+    return p;
 }
 
 /* ---- the C++ operators (their mangled names; failure aborts, as a new

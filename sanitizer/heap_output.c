@@ -288,7 +288,7 @@ size_t hp_count_stacks(const hp_snap *s)
  * objects and bytes it stands for (size / (1 - e^(-size/N))). */
 static double weight(const hp_snap *s, const hp_entry *e)
 {
-    if (!s->sample_bytes)
+    if (!s->sample_bytes || (e->flags & HP_MMAP))
         return 1;
     double sz = e->size ? (double)e->size : 1;
     return 1 / (1 - exp(-sz / (double)s->sample_bytes));
@@ -298,8 +298,12 @@ int ho_build(ho_profile *p, const hp_snap *s)
 {
     memset(p, 0, sizeof *p);
     p->snap = s;
-    for (size_t i = 0; i < s->n; i++)
+    for (size_t i = 0; i < s->n; i++) {
         p->live_bytes += s->e[i].size;
+        p->samples += (s->e[i].flags & HP_SAMPLED) != 0;
+        if (s->e[i].flags & HP_MMAP)
+            p->mapped_bytes += s->e[i].size, p->mapped_regions++;
+    }
     p->live_objects = s->n;
     if (s->n)
         qsort(s->e, s->n, sizeof *s->e, by_stack);
@@ -311,7 +315,7 @@ int ho_build(ho_profile *p, const hp_snap *s)
         ho_group g = {0};
         for (; j < s->n && by_stack(&s->e[i], &s->e[j]) == 0; j++) {
             const hp_entry *e = &s->e[j];
-            if (s->sample_bytes && !(e->flags & HP_SAMPLED))
+            if (s->sample_bytes && !(e->flags & (HP_SAMPLED | HP_MMAP)))
                 continue;                /* recorded before sampling began: not in this view */
             double w = weight(s, e);
             g.objects += w;
@@ -347,7 +351,6 @@ int ho_build(ho_profile *p, const hp_snap *s)
     if (p->ngroups)
         qsort(p->groups, p->ngroups, sizeof *p->groups, by_bytes);
     if (s->sample_bytes) {               /* the samples stand for the whole heap */
-        p->samples = p->live_objects;
         p->live_bytes = (size_t)(p->total_bytes + 0.5);
         p->live_objects = (size_t)(p->total_objects + 0.5);
     }
@@ -358,7 +361,7 @@ int ho_build(ho_profile *p, const hp_snap *s)
     if (!p->modules)
         return -ENOMEM;
     for (size_t i = 0; i < s->n; i++) {
-        if (s->sample_bytes && !(s->e[i].flags & HP_SAMPLED))
+        if (s->sample_bytes && !(s->e[i].flags & (HP_SAMPLED | HP_MMAP)))
             continue;
         Dl_info info;
         const char *m = s->e[i].caller && dladdr((void *)s->e[i].caller, &info) &&
@@ -434,6 +437,9 @@ static void write_text(ho_out *o, const ho_profile *p)
     if (s->sample_bytes)
         ho_printf(o, " (estimated from %zu samples, one every %lu bytes)", p->samples,
                   s->sample_bytes);
+    if (p->mapped_regions)
+        ho_printf(o, "; of them %zu bytes in %zu mapped region(s)", p->mapped_bytes,
+                  p->mapped_regions);
     if (s->dropped)
         ho_printf(o, "; %lu allocations not recorded", s->dropped);
     ho_printf(o, "\n\nBy caller module:\n%14s %10s  %s\n", "bytes", "objects", "module");
@@ -457,8 +463,9 @@ static void write_json(ho_out *o, const ho_profile *p)
 {
     const hp_snap *s = p->snap;
     ho_printf(o, "{\"pid\":%d,\"live_bytes\":%zu,\"live_objects\":%zu,\"sample_bytes\":%lu,"
-                 "\"dropped\":%lu,\"modules\":[",
-              (int)getpid(), p->live_bytes, p->live_objects, s->sample_bytes, s->dropped);
+                 "\"dropped\":%lu,\"mapped_bytes\":%zu,\"mapped_regions\":%zu,\"modules\":[",
+              (int)getpid(), p->live_bytes, p->live_objects, s->sample_bytes, s->dropped,
+              p->mapped_bytes, p->mapped_regions);
     for (size_t i = 0; i < p->nmodules; i++) {
         ho_printf(o, "%s{\"module\":", i ? "," : "");
         json_str(o, ho_str(p, p->modules[i].name));
@@ -579,6 +586,8 @@ int crawl_heap_profile_write_fd(int fd, crawl_heap_format format)
     int was = hp_inside_enter();
     hp_snap s;
     int rc = hp_snapshot(&s);
+    if (!rc && (rc = hp_mmap_append(&s)) != 0)
+        hp_snapshot_free(&s);
     if (!rc) {
         rc = ho_write_snap(fd, format, &s);
         hp_snapshot_free(&s);

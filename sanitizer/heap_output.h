@@ -40,6 +40,7 @@ typedef struct ho_profile {
     const hp_snap *snap;
     size_t live_bytes, live_objects;    /* every entry, exact (sampled: the estimate) */
     size_t samples;                     /* sampled: the entries */
+    size_t mapped_bytes, mapped_regions; /* HP_MMAP entries (counted in live_* too) */
     double total_bytes, total_objects;  /* the stack view's (scaled) totals */
     ho_group *groups;
     size_t ngroups;

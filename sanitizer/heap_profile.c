@@ -286,6 +286,7 @@ int crawl_heap_profile_start(void)
     unsigned n = san_opts()->heap_sample_bytes;
     atomic_store(&sample_bytes, n);
     __atomic_store_n(&crawl__hp.sampled, n != 0, __ATOMIC_RELAXED);
+    __atomic_store_n(&crawl__hp.mmap, san_opts()->heap_profile_mmap != 0, __ATOMIC_RELAXED);
     __atomic_store_n(&crawl__hp.on, 1, __ATOMIC_RELEASE);
     __atomic_store_n(&crawl__hp.mode, n != 0 ? 2 : 1, __ATOMIC_RELEASE);
     return 0;
@@ -358,6 +359,18 @@ void hp_snapshot_free(hp_snap *s)
     s->e = NULL;
 }
 
+int hp_inside_now(void) { return inside; }
+
+uint32_t hp_capture_stack(const crawl_regs *from)
+{
+    int was = inside;
+    inside = 1;
+    const san_options *o = san_opts();
+    uint32_t id = san_capture_at(from, o->malloc_context_size, o->heap_stack_fast ? CRAWL_WALK_FAST : 0);
+    inside = was;
+    return id;
+}
+
 int hp_inside_enter(void)
 {
     int was = inside;
@@ -389,12 +402,16 @@ void crawl_heap_profile_totals(crawl_heap_totals *out)
 /* fork(): the shards are leaves (nothing is taken inside them). */
 void san_hp_fork(int lock)
 {
+    if (lock)
+        hp_mmap_fork(1);
     for (int i = 0; i < HP_SHARDS; i++) {
         if (lock)
             shard_lock(&shards[i].lock);
         else
             shard_unlock(&shards[i].lock);
     }
+    if (!lock)
+        hp_mmap_fork(0);
 }
 
 /* ---- at exit ------------------------------------------------------------------------------ */

@@ -11,6 +11,7 @@
 #define HP_SHARDS (1 << HP_SHARD_BITS)
 #define HP_TOMB ((uintptr_t)1)          /* ptr of an erased entry; 0: never used */
 #define HP_SAMPLED 1u                   /* flags: a byte sample (scale it) */
+#define HP_MMAP 2u                      /* flags: a mapped region (heap_mmap.c), weight 1 */
 
 typedef struct hp_entry {
     uintptr_t ptr;
@@ -39,6 +40,14 @@ size_t hp_table_ranges(uintptr_t (*out)[2], size_t max);
 /* Mark the thread as inside crawl (its allocations are not recorded). */
 int hp_inside_enter(void);
 void hp_inside_leave(int was);
+int hp_inside_now(void);
+/* A stack for a recording made from the frame whose registers are *from,
+ * as the options say (inside crawl meanwhile). */
+uint32_t hp_capture_stack(const crawl_regs *from);
+/* heap_mmap.c: append the mapped regions to a snapshot (flags HP_MMAP).
+ * 0 or -ENOMEM. */
+int hp_mmap_append(hp_snap *s);
+void hp_mmap_fork(int lock);
 /* Distinct stacks among the snapshot's entries (heap_output.c). */
 size_t hp_count_stacks(const hp_snap *s);
 

@@ -16,10 +16,15 @@
 #include <link.h>
 #include <pthread.h>
 #include <regex.h>
+#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <unistd.h>
+
+#ifndef MREMAP_DONTUNMAP
+#define MREMAP_DONTUNMAP 4 /* Linux 5.7; glibc 2.36's headers lack it */
+#endif
 
 #include "sanitizer/heap_profile_internal.h"
 
@@ -30,8 +35,11 @@
 enum {
     F_MALLOC, F_CALLOC, F_REALLOC, F_FREE, F_MEMALIGN, F_POSIX_MEMALIGN, F_ALIGNED_ALLOC, F_VALLOC,
     F_PVALLOC, F_STRDUP, F_STRNDUP, F_NEW, F_NEW_ARRAY, F_NEW_NOTHROW, F_NEW_ARRAY_NOTHROW,
-    F_DELETE, F_DELETE_ARRAY, F_DELETE_SIZED, F_DELETE_ARRAY_SIZED, F_DLOPEN, F_COUNT
+    F_DELETE, F_DELETE_ARRAY, F_DELETE_SIZED, F_DELETE_ARRAY_SIZED, F_DLOPEN,
+    F_MMAP, F_MMAP64, F_MUNMAP, F_MREMAP,   /* a table apart: with heap_profile_mmap=1 only */
+    F_COUNT
 };
+#define F_FIRST_MAPPING F_MMAP
 static void *real[F_COUNT];
 
 static void *h_malloc(size_t n)
@@ -142,6 +150,45 @@ static void h_delete_array_sized(void *p, size_t n)
     crawl_heap_profile_on_free(p);
     ((void (*)(void *, size_t))real[F_DELETE_ARRAY_SIZED])(p, n);
 }
+static void *h_mmap(void *addr, size_t len, int prot, int flags, int fd, off_t off)
+{
+    void *p = ((void *(*)(void *, size_t, int, int, int, off_t))real[F_MMAP])(addr, len, prot,
+                                                                             flags, fd, off);
+    crawl_heap_profile_mmap(p, len, CALLER);
+    return p;
+}
+static void *h_mmap64(void *addr, size_t len, int prot, int flags, int fd, off_t off)
+{
+    void *p = ((void *(*)(void *, size_t, int, int, int, off_t))real[F_MMAP64])(addr, len, prot,
+                                                                               flags, fd, off);
+    crawl_heap_profile_mmap(p, len, CALLER);
+    return p;
+}
+static int h_munmap(void *addr, size_t len)
+{
+    int rc = ((int (*)(void *, size_t))real[F_MUNMAP])(addr, len);
+    if (rc == 0)
+        crawl_heap_profile_munmap(addr, len);
+    return rc;
+}
+static void *h_mremap(void *old, size_t old_len, size_t len, int flags, ...)
+{
+    void *want = NULL;
+    if (flags & MREMAP_FIXED) {
+        va_list ap;
+        va_start(ap, flags);
+        want = va_arg(ap, void *);
+        va_end(ap);
+    }
+    void *p = ((void *(*)(void *, size_t, size_t, int, ...))real[F_MREMAP])(old, old_len, len,
+                                                                            flags, want);
+    if (flags & MREMAP_DONTUNMAP) {      /* the old pages stay mapped: a new region */
+        crawl_heap_profile_mmap(p, len, CALLER);
+        return p;
+    }
+    crawl_heap_profile_mremap(old, old_len, p, len);
+    return p;
+}
 static void rescan(void);
 static void *h_dlopen(const char *file, int flags)
 {
@@ -175,6 +222,10 @@ static const struct {
     [F_DELETE_SIZED] = {"_ZdlPvm", (void *)h_delete_sized},
     [F_DELETE_ARRAY_SIZED] = {"_ZdaPvm", (void *)h_delete_array_sized},
     [F_DLOPEN] = {"dlopen", (void *)h_dlopen},
+    [F_MMAP] = {"mmap", (void *)h_mmap},
+    [F_MMAP64] = {"mmap64", (void *)h_mmap64},
+    [F_MUNMAP] = {"munmap", (void *)h_munmap},
+    [F_MREMAP] = {"mremap", (void *)h_mremap},
 };
 
 /* ---- installing ------------------------------------------------------------------------------- */
@@ -346,8 +397,9 @@ int crawl_heap_hooks_install(const char *include, const char *ignore)
         goto out;
     }
     elf_version(EV_CURRENT);
+    int mappings = san_opts()->heap_profile_mmap != 0;
     for (int f = 0; f < F_COUNT; f++)    /* what the process would have called */
-        real[f] = dlsym(RTLD_DEFAULT, table[f].name);
+        real[f] = f < F_FIRST_MAPPING || mappings ? dlsym(RTLD_DEFAULT, table[f].name) : NULL;
     installed = 1;
     nseen = 0;
     scan_all();

@@ -24,6 +24,8 @@
  *                           0: every allocation (the default)
  *   heap_stack_fast=1       frame-pointer stacks (0: DWARF CFI, right in code
  *                           built without frame pointers)
+ *   heap_profile_mmap=1     also record regions mapped by mmap/mremap until
+ *                           munmap takes them back (crawl_heap_profile_mmap)
  *   leak_check=1            the leak report at exit (implies heap_profile=1)
  *   leak_check_exitcode=23  the exit status when leaks were found (0: keep
  *                           the program's own)
@@ -44,14 +46,15 @@ extern "C" {
 /* The hooks' fast paths, inline (their state is exported; not API):
  * on is 0 never started, 1 recording, 2 stopped (frees are still taken
  * out); sampled is 1 when heap_sample_bytes samples; mode, both in one
- * load: 0 recording nothing, 1 every allocation, 2 sampled by bytes.
+ * load: 0 recording nothing, 1 every allocation, 2 sampled by bytes;
+ * mmap is 1 when heap_profile_mmap=1 records mapped regions too.
  * The free filter: counts has, per hash, how many recorded pointers have
  * it (255: stuck there); bits has a bit per hash, set while its count is
  * not 0, so that a free of memory never recorded costs one load from 2 KiB
  * that stay in the L1 cache. crawl__hp_countdown is the thread's bytes to
  * its next sample. */
 CRAWL_API extern struct crawl__hp_fast {
-    int on, sampled, mode;
+    int on, sampled, mode, mmap;
     uint64_t bits[(1 << 14) / 64];
     unsigned char counts[1 << 14];
 } crawl__hp __attribute__((aligned(64)));
@@ -117,6 +120,27 @@ CRAWL_API void crawl_heap_profile_alloc(const void *p, size_t size,
                                         uintptr_t caller) CRAWL__ADDRESS_ONLY;
 CRAWL_API void crawl_heap_profile_free(const void *p) CRAWL__ADDRESS_ONLY;
 
+/* Mapped regions (heap_profile_mmap=1; Matrix's mmap hooks): a table of
+ * their own, of whole pages. crawl_heap_profile_mmap records [addr,
+ * addr + len) with a stack (every mapping: they are few), replacing what
+ * it overlaps; crawl_heap_profile_munmap takes back any part of any
+ * region (trimming or splitting it); crawl_heap_profile_mremap moves what
+ * was recorded at old to addr with the stack that mapped it. caller as for
+ * crawl_heap_profile_alloc. Recorded only while recording with the option
+ * on; mappings crawl makes while it records or holds one of its locks are
+ * left out. The
+ * outputs list regions as objects whose stacks start at the mapping
+ * function, weight 1 when sampling; the leak check ignores them, as
+ * LeakSanitizer does. libcrawl-preload.so and the PLT hooks call these
+ * from mmap, mmap64, munmap and mremap. Thread-safe (one lock); not
+ * async-signal-safe; never call malloc. */
+CRAWL_API void crawl_heap_profile_mmap(const void *addr, size_t len, uintptr_t caller);
+CRAWL_API void crawl_heap_profile_munmap(const void *addr, size_t len);
+CRAWL_API void crawl_heap_profile_mremap(const void *old, size_t old_len, const void *addr,
+                                         size_t len);
+/* Bytes and regions recorded now (either pointer may be NULL). Thread-safe. */
+CRAWL_API void crawl_heap_profile_mapped(size_t *bytes, size_t *regions);
+
 /* An allocator's hooks, the inline forms: call after every allocation and
  * before every free (with the memory still allocated). Not sampled, an
  * allocation costs a decrement and a branch, and a free a load and a
@@ -149,7 +173,9 @@ static inline __attribute__((always_inline)) void crawl_heap_profile_on_free(con
  * memalign, posix_memalign, aligned_alloc, valloc, pvalloc, strdup,
  * strndup, operator new/new[] (plain, nothrow) and delete/delete[] (plain,
  * sized) point at crawl's hooks, which call what the process would have
- * called and record while crawl_heap_profile_active(). dlopen is hooked
+ * called and record while crawl_heap_profile_active(); with
+ * heap_profile_mmap=1 at install, a table apart too: mmap, mmap64, munmap
+ * and mremap (crawl_heap_profile_mmap and its kin). dlopen is hooked
  * too: a library loaded later through a hooked module is hooked when it
  * matches. libcrawl, libcrawl-preload.so and the dynamic loader are never
  * hooked. Relocations are read from the module files with libelf; RELRO

@@ -121,6 +121,27 @@ rc=$?
 [ $rc -eq 0 ] && grep -q ';leak_direct;malloc 100$' "$work/sig.folded" && ok ||
     { bad "heap_profile_signal: rc $rc"; cat "$work/err" "$work/sig.folded"; }
 
+# ---- heap_profile_mmap=1: mapped regions, by the stack that mapped them ------------------
+CRAWL_OPTIONS=heap_profile=1:heap_profile_mmap=1:heap_profile_path=$work/map.json LD_PRELOAD=$lib \
+    "$leaky" map >/dev/null 2>"$work/err"
+rc=$?
+[ $rc -eq 0 ] && ok || { bad "leaky map exits $rc"; cat "$work/err"; }
+python3 - "$work/map.json" "$(getconf PAGESIZE)" <<'PY' && ok || bad "the mapped regions are wrong (above)"
+import json, sys
+d = json.load(open(sys.argv[1]))
+page = int(sys.argv[2])
+ours = [s for s in d["stacks"] if [f["function"] for f in s["frames"]][:2] == ["mmap", "map_pages"]]
+assert ours, [[f["function"] for f in s["frames"]][:4] for s in d["stacks"]]
+assert sum(s["bytes"] for s in ours) == 8 * page, ours
+assert sum(s["objects"] for s in ours) == 3, ours
+assert d["mapped_bytes"] >= 8 * page and d["mapped_regions"] >= 3, d
+PY
+# without the option, no region is recorded
+CRAWL_OPTIONS=heap_profile=1:heap_profile_path=$work/nomap.json LD_PRELOAD=$lib "$leaky" map \
+    >/dev/null 2>&1
+grep -q '"mapped_bytes":0,"mapped_regions":0' "$work/nomap.json" && ok ||
+    bad "mapped regions recorded without heap_profile_mmap=1"
+
 # ---- crawlvm --heap-profile: script frames in the stacks --------------------------------
 "$crawlvm" --heap-profile "$work/vm.folded" "$examples/heap.crawl" >/dev/null 2>"$work/err"
 rc=$?

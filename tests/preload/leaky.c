@@ -2,10 +2,12 @@
  * a list kept by a global (reachable, not a leak), a list whose head is
  * dropped (1 direct + 3 indirect leaks), a buffer dropped in leak_direct
  * (a direct leak), and a string freed (gone). */
+#define _GNU_SOURCE
 #include <stdio.h>
 #include <stdlib.h>
 #include <signal.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -47,6 +49,33 @@ __attribute__((noinline)) static void scrub(void)
     explicit_bzero((char *)junk, sizeof junk);   /* not a dead store to optimize away */
 }
 
+/* "map": mapped regions for heap_profile_mmap=1: 4 pages, one of them
+ * unmapped again; 2 pages grown to 5 by mremap (wherever it moves); and 1
+ * page unmapped whole. Live at exit: 8 pages in 3 regions, all mapped by
+ * map_pages. */
+void *mapped[3];
+
+__attribute__((noinline)) static void *map_pages(size_t n)
+{
+    void *p = mmap(NULL, n * (size_t)getpagesize(), PROT_READ | PROT_WRITE,
+                   MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED)
+        exit(4);
+    return p;
+}
+
+static void map_regions(void)
+{
+    size_t pg = (size_t)getpagesize();
+    mapped[0] = map_pages(4);
+    munmap((char *)mapped[0] + pg, pg);
+    mapped[1] = mremap(map_pages(2), 2 * pg, 5 * pg, MREMAP_MAYMOVE);
+    if (mapped[1] == MAP_FAILED)
+        exit(5);
+    mapped[2] = map_pages(1);
+    munmap(mapped[2], pg);
+}
+
 /* "signal FILE": ask for a profile with SIGUSR2 (heap_profile_signal=12)
  * and wait until FILE is written, before anything is freed. */
 static void dump_and_wait(const char *file)
@@ -69,6 +98,8 @@ int main(int argc, char **argv)
     leak_direct();
     if (argc == 3 && strcmp(argv[1], "signal") == 0)
         dump_and_wait(argv[2]);
+    if (argc == 2 && strcmp(argv[1], "map") == 0)
+        map_regions();
     char *s = strdup("hello");
     puts(s);
     free(s);

@@ -200,6 +200,75 @@ static void test_sampled_estimate(void **state)
     assert_int_equal(crawl_heap_profile_start(), 0);
 }
 
+/* ---- mapped regions (heap_profile_mmap=1) ------------------------------------------- */
+
+/* The hooks as an allocator's mmap wrapper would call them; the addresses
+ * are never touched (the table only records ranges). */
+#define PG ((uintptr_t)getpagesize())
+static const uintptr_t base = (uintptr_t)0x3f0000000000, moved = (uintptr_t)0x3f1000000000;
+
+NOINLINE static void map_region(uintptr_t at, size_t pages)
+{
+    crawl_heap_profile_mmap((const void *)at, pages * PG, 0);
+    __asm__ volatile("" ::: "memory");
+}
+
+static void expect_mapped(size_t pages, size_t regions)
+{
+    size_t b, r;
+    crawl_heap_profile_mapped(&b, &r);
+    assert_int_equal(b, pages * PG);
+    assert_int_equal(r, regions);
+}
+
+static void test_mapped_regions(void **state)
+{
+    (void)state;
+    assert_int_equal(crawl_heap_profile_start(), 0);
+    map_region(base, 5);                 /* off: not recorded */
+    expect_mapped(0, 0);
+    assert_int_equal(crawl_sanitizer_set_options("heap_profile_mmap=1"), 0);
+    assert_int_equal(crawl_heap_profile_start(), 0);
+    map_region(base, 5);                                   /* [0, 5) */
+    expect_mapped(5, 1);
+    crawl_heap_profile_munmap((const void *)(base + 2 * PG), PG);   /* [0, 2) [3, 5) */
+    expect_mapped(4, 2);
+    crawl_heap_profile_munmap((const void *)(base + 10), 1);        /* a part of page 0 */
+    expect_mapped(3, 2);                                   /* [1, 2) [3, 5) */
+    crawl_heap_profile_mremap((const void *)(base + 3 * PG), 2 * PG, (const void *)moved, 3 * PG);
+    expect_mapped(4, 2);                                   /* [1, 2), moved [0, 3) */
+    map_region(moved + PG, 4);           /* over the moved region's tail: replaces it */
+    expect_mapped(6, 3);                                   /* [1, 2), moved [0, 1) [1, 5) */
+    crawl_heap_profile_munmap((const void *)(base - PG), 100 * PG); /* wider than what is there */
+    expect_mapped(5, 2);
+    crawl_heap_profile_mremap((const void *)(base + 50 * PG), PG, (const void *)base, PG);
+    expect_mapped(5, 2);                 /* nothing recorded there: nothing moves */
+
+    /* the outputs: live bytes include them, with the stacks that mapped them */
+    char *json = output(CRAWL_HEAP_JSON);
+    char want[64];
+    snprintf(want, sizeof want, "\"mapped_bytes\":%zu,\"mapped_regions\":2", (size_t)(5 * PG));
+    assert_non_null(strstr(json, want));
+    assert_non_null(strstr(json, "\"function\":\"map_region\""));
+    assert_non_null(strstr(json, "\"function\":\"test_mapped_regions\""));
+    free(json);
+    char *text = output(CRAWL_HEAP_TEXT);
+    snprintf(want, sizeof want, "of them %zu bytes in 2 mapped region(s)", (size_t)(5 * PG));
+    assert_non_null(strstr(text, want));
+    free(text);
+    /* the leak check leaves them alone */
+    int fd = open("/dev/null", O_WRONLY);
+    assert_true(fd >= 0);
+    assert_int_equal(crawl_leak_check(fd), 0);
+    close(fd);
+
+    crawl_heap_profile_munmap((const void *)base, 200 * PG);
+    crawl_heap_profile_munmap((const void *)moved, 200 * PG);
+    expect_mapped(0, 0);
+    assert_int_equal(crawl_sanitizer_set_options("heap_profile_mmap=0"), 0);
+    assert_int_equal(crawl_heap_profile_start(), 0);
+}
+
 /* ---- the leak check ------------------------------------------------------------------ */
 
 struct node {
@@ -346,6 +415,7 @@ int main(void)
         cmocka_unit_test(test_unknown_free_and_reuse),
         cmocka_unit_test(test_stop_keeps_taking_frees),
         cmocka_unit_test(test_sampled_estimate),
+        cmocka_unit_test(test_mapped_regions),
         cmocka_unit_test(test_leak_check),
         cmocka_unit_test(test_threads_and_fork),
         cmocka_unit_test(test_bad_arguments),

@@ -51,7 +51,7 @@ static void test_sources_in_order(void **state)
                                    "gpa_perfectly_right_align=0:gpa_recoverable=0:"
                                    "gpa_install_signal_handlers=1:"
                                    "heap_profile=0:heap_profile_path=:heap_profile_signal=0:heap_stack_min_size=0:"
-                                   "heap_sample_bytes=0:heap_stack_fast=0:leak_check=0:"
+                                   "heap_sample_bytes=0:heap_stack_fast=0:heap_profile_mmap=0:leak_check=0:"
                                    "leak_check_exitcode=23:leak_check_reachable=0:perf_map=0");
     assert_int_equal(crawl_sanitizer_set_options("redzone=128::fast_unwind_on_malloc=1:"), 0);
     assert_non_null(strstr(current(), "redzone=128:fast_unwind_on_malloc=1"));

@@ -5,11 +5,14 @@
 #include "../support.h"
 
 #include <crawl/heap_profile.h>
+#include <crawl/sanitizer.h>
 
 #include <dlfcn.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 typedef struct lib {
     void *h;
@@ -116,6 +119,54 @@ static void test_dlopen_from_hooked_module(void **state)
     dlclose(d.h);
 }
 
+/* The mapping functions are a table apart: hooked only with
+ * heap_profile_mmap=1, and put back exactly too. */
+static void test_mapping_hooks(void **state)
+{
+    (void)state;
+    lib a;
+    open_lib(&a, PLT_LIB_A, "a");
+    void *(*map)(size_t) = (void *(*)(size_t))dlsym(a.h, "plt_a_map");
+    int (*unmap)(void *, size_t) = (int (*)(void *, size_t))dlsym(a.h, "plt_a_unmap");
+    void *(*mmap_address)(void) = (void *(*)(void))dlsym(a.h, "plt_a_mmap_address");
+    assert_true(map && unmap && mmap_address);
+    void *original = mmap_address();
+    size_t pg = (size_t)getpagesize(), bytes, regions, before;
+    assert_int_equal(crawl_heap_profile_start(), 0);
+
+    assert_int_equal(crawl_heap_hooks_install("libplt_a", NULL), 0);   /* option off */
+    assert_ptr_equal(mmap_address(), original);
+    size_t malloc_only = crawl_heap_hooks_count();
+    crawl_heap_hooks_uninstall();
+
+    assert_int_equal(crawl_sanitizer_set_options("heap_profile_mmap=1"), 0);
+    assert_int_equal(crawl_heap_profile_start(), 0);
+    assert_int_equal(crawl_heap_hooks_install("libplt_a", NULL), 0);
+    assert_true(crawl_heap_hooks_count() > malloc_only);
+    assert_ptr_not_equal(mmap_address(), original);
+    crawl_heap_profile_mapped(&before, NULL);
+    void *p = map(3 * pg);
+    assert_true(p != MAP_FAILED);
+    crawl_heap_profile_mapped(&bytes, &regions);
+    assert_int_equal(bytes, before + 3 * pg);
+    assert_int_equal(unmap((char *)p + pg, pg), 0);   /* splits it */
+    crawl_heap_profile_mapped(&bytes, NULL);
+    assert_int_equal(bytes, before + 2 * pg);
+    assert_int_equal(unmap(p, 3 * pg), 0);
+    crawl_heap_profile_mapped(&bytes, NULL);
+    assert_int_equal(bytes, before);
+
+    crawl_heap_hooks_uninstall();
+    assert_ptr_equal(mmap_address(), original);       /* the GOT entry, exactly as it was */
+    p = map(pg);
+    crawl_heap_profile_mapped(&bytes, NULL);
+    assert_int_equal(bytes, before);                  /* not recorded any more */
+    munmap(p, pg);
+    assert_int_equal(crawl_sanitizer_set_options("heap_profile_mmap=0"), 0);
+    assert_int_equal(crawl_heap_profile_start(), 0);
+    dlclose(a.h);
+}
+
 static void test_bad_arguments(void **state)
 {
     (void)state;
@@ -131,6 +182,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_hooks),
         cmocka_unit_test(test_dlopen_from_hooked_module),
+        cmocka_unit_test(test_mapping_hooks),
         cmocka_unit_test(test_bad_arguments),
     };
     return cmocka_run_group_tests_name("plt_hooks", tests, NULL, NULL);
