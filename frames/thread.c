@@ -100,6 +100,24 @@ static void make_exit_key(void)
     pthread_atfork(before_fork, after_fork_parent, after_fork_child);
 }
 
+int crawl__own_stack(uintptr_t *lo, uintptr_t *hi)
+{
+    pthread_attr_t attr;
+    crawl__busy++;
+    int rc = pthread_getattr_np(pthread_self(), &attr);
+    crawl__busy--;
+    if (rc)
+        return rc;
+    void *addr = NULL;
+    size_t size = 0;
+    rc = pthread_attr_getstack(&attr, &addr, &size);
+    pthread_attr_destroy(&attr);
+    if (rc)
+        return rc;
+    *lo = (uintptr_t)addr, *hi = (uintptr_t)addr + size;
+    return 0;
+}
+
 int crawl__ensure_attached(crawl__thread *th)
 {
     return th->attached ? 0 : crawl_thread_attach();
@@ -111,14 +129,8 @@ int crawl_thread_attach(void)
     if (th->attached)
         return 0;
 
-    pthread_attr_t attr;
-    int rc = pthread_getattr_np(pthread_self(), &attr);
-    if (rc)
-        return -rc;
-    void *addr = NULL;
-    size_t size = 0;
-    rc = pthread_attr_getstack(&attr, &addr, &size);
-    pthread_attr_destroy(&attr);
+    uintptr_t lo, hi;
+    int rc = crawl__own_stack(&lo, &hi);
     if (rc)
         return -rc;
 
@@ -128,8 +140,8 @@ int crawl_thread_attach(void)
     if (rc)
         return -rc;
 
-    th->stack_lo = (uintptr_t)addr;
-    th->stack_hi = (uintptr_t)addr + size;
+    th->stack_lo = lo;
+    th->stack_hi = hi;
     th->tid = (pid_t)syscall(SYS_gettid);
     th->seq = atomic_fetch_add(&next_seq, 1);
     th->top = NULL;

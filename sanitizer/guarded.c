@@ -184,7 +184,7 @@ static void make_pool(void)
     pool.end = pool.base + bytes;
     arena_lo = pool.base + slots;
     mprotect((void *)arena_lo, ARENA_BYTES, PROT_READ | PROT_WRITE);   /* NORESERVE: costs what reports touch */
-    crawl__gpa_bounds.lo = pool.base;   /* lo first: a reader that sees span sees it */
+    crawl__gpa_bounds.lo = pool.base;   /* lo first: a reader that loads span first sees it */
     __atomic_store_n(&crawl__gpa_bounds.span, pool.end - pool.base, __ATOMIC_RELEASE);
     pool.page = page;
     pool.n = n;
@@ -215,10 +215,10 @@ void san_gpa_fork(int lock)
         pthread_mutex_unlock(&pool.lock);
 }
 
-void san_gpa_arena(uintptr_t *lo, uintptr_t *hi)
+void san_gpa_meta(uintptr_t *lo, uintptr_t *hi)
 {
-    *lo = arena_lo;
-    *hi = arena_lo ? pool.end : 0;
+    *lo = (uintptr_t)pool.slot;
+    *hi = pool.slot ? (uintptr_t)(pool.free + pool.n) : 0;
 }
 
 int crawl_gpa_owns(const void *p)

@@ -76,9 +76,10 @@ void san_options_fork(int lock);
 void san_report_fork(int lock);
 void san_heap_fork(int lock);
 void san_gpa_fork(int lock);
-/* The guarded pool's report arena [*lo, *hi) (0, 0 before the pool): crawl's
- * own memory, which the leak check does not scan. */
-void san_gpa_arena(uintptr_t *lo, uintptr_t *hi);
+/* The guarded pool's slot table [*lo, *hi) (0, 0 before the pool): it
+ * holds every live slot's address, so the leak check must not take it for
+ * a root. (The pool itself is left out by crawl_gpa_owns.) */
+void san_gpa_meta(uintptr_t *lo, uintptr_t *hi);
 void san_hp_fork(int lock);
 
 #endif

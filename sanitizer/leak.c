@@ -13,6 +13,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include <crawl/guarded.h>
+
 #include "sanitizer/heap_output.h"
 
 enum { UNREACHED, REACHABLE, INDIRECT };
@@ -23,7 +25,7 @@ typedef struct scan {
     unsigned char *mark;
     size_t *work, nwork;
     uintptr_t lo, hi;                   /* the chunks' span: a quick first test */
-    uintptr_t skip[HP_SHARDS + 2][2];   /* crawl's own tables of chunk addresses, the report arena */
+    uintptr_t skip[HP_SHARDS + 2][2];   /* crawl's own tables of chunk addresses, the pool's slots */
     size_t nskip;
 } scan;
 
@@ -50,8 +52,8 @@ static long chunk_of(const scan *s, uintptr_t w)
     return w >= e->ptr && (w < e->ptr + e->size || w == e->ptr) ? (long)a : -1;
 }
 
-/* Mark what [lo, hi) points to: unreached chunks become `to` (and go on the
- * work list when `to` is REACHABLE). */
+/* Mark what [lo, hi) points to: unreached chunks become `to` and go on the
+ * work list (what they point to is `to` as well, transitively). */
 static void scan_words(scan *s, uintptr_t lo, uintptr_t hi, int to);
 static void scan_range(scan *s, uintptr_t lo, uintptr_t hi, int to)
 {
@@ -78,16 +80,15 @@ static void scan_words(scan *s, uintptr_t lo, uintptr_t hi, int to)
         if (k < 0 || s->mark[k] == REACHABLE || (to == INDIRECT && s->mark[k] == INDIRECT))
             continue;
         s->mark[k] = (unsigned char)to;
-        if (to == REACHABLE)
-            s->work[s->nwork++] = (size_t)k;
+        s->work[s->nwork++] = (size_t)k;
     }
 }
 
-static void propagate(scan *s)
+static void propagate(scan *s, int to)
 {
     while (s->nwork) {
         const hp_entry *e = &s->e[s->work[--s->nwork]];
-        scan_range(s, e->ptr, e->ptr + e->size, REACHABLE);
+        scan_range(s, e->ptr, e->ptr + e->size, to);
     }
 }
 
@@ -166,6 +167,9 @@ static void scan_anonymous(scan *s, const maps *m, uintptr_t own_sp)
         uintptr_t lo = m->r[i][0], hi = m->r[i][1];
         if (m->r[i][2] != 1 || (own_sp >= lo && own_sp < hi) || hi - lo > (4ul << 30))
             continue;                    /* (4 GiB and more: reserved space, a sanitizer's shadow) */
+        if (crawl_gpa_owns((const void *)lo))
+            continue;                    /* the guarded pool: its chunks are scanned when reached,
+                                            and a slot freed since the maps were read faults */
         size_t first = 0, b = s->n;      /* the first chunk at or above lo */
         while (first < b) {
             size_t mid = (first + b) / 2;
@@ -240,16 +244,9 @@ static __attribute__((noinline)) void scan_own_stack(scan *s)
 {
     crawl__thread *th = crawl__self();
     uintptr_t hi = th->attached ? th->stack_hi : 0;
-    if (!hi) {
-        pthread_attr_t attr;
-        void *addr;
-        size_t size;
-        if (pthread_getattr_np(pthread_self(), &attr) == 0) {
-            if (pthread_attr_getstack(&attr, &addr, &size) == 0)
-                hi = (uintptr_t)addr + size;
-            pthread_attr_destroy(&attr);
-        }
-    }
+    uintptr_t lo;
+    if (!hi && crawl__own_stack(&lo, &hi) != 0)
+        hi = 0;
     uintptr_t here = (uintptr_t)__builtin_frame_address(0);
     if (hi > here)
         scan_range(s, here, hi, REACHABLE);
@@ -380,15 +377,19 @@ static __attribute__((noinline)) long check(int fd)
     sp->skip[sp->nskip][0] = (uintptr_t)snap.e;
     sp->skip[sp->nskip][1] = (uintptr_t)(snap.e + snap.cap);
     sp->nskip++;
-    san_gpa_arena(&sp->skip[sp->nskip][0], &sp->skip[sp->nskip][1]);
+    san_gpa_meta(&sp->skip[sp->nskip][0], &sp->skip[sp->nskip][1]);
     if (sp->skip[sp->nskip][0])
-        sp->nskip++;                     /* 32 MiB of mostly untouched pages, no program pointers */
+        sp->nskip++;                     /* the guarded pool's slot table: every live slot's address */
     clear_stack_below();                 /* qsort and the snapshot left chunk addresses there */
     scan_roots(sp);
-    propagate(sp);
-    for (size_t i = 0; i < snap.n; i++)   /* what leaked chunks point to leaked indirectly */
-        if (sp->mark[i] == UNREACHED)
+    propagate(sp, REACHABLE);
+    /* what leaked chunks point to, transitively, leaked indirectly (in any
+     * address order: a list's nodes may lie either way round) */
+    for (size_t i = 0; i < snap.n; i++)
+        if (sp->mark[i] == UNREACHED) {
             scan_range(sp, snap.e[i].ptr, snap.e[i].ptr + snap.e[i].size, INDIRECT);
+            propagate(sp, INDIRECT);
+        }
 
     /* group by kind and stack */
     for (size_t i = 0; i < snap.n; i++)
