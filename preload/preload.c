@@ -49,7 +49,7 @@ static size_t (*real_usable)(void *);
 static void *(*real_mmap)(void *, size_t, int, int, int, off_t);
 static int (*real_munmap)(void *, size_t);
 static void *(*real_mremap)(void *, size_t, size_t, int, ...);
-static int ready;                        /* 1: the real functions are known; -1: pass-through only */
+static int ready;                        /* 1: the real functions are known */
 static int secure;                       /* set-uid/set-gid: never sample */
 
 /* ---- the bootstrap arena (dlsym's own allocations) ----------------------------------- */
@@ -194,7 +194,9 @@ __attribute__((noinline)) static void *alloc_slow(size_t n, const void *caller)
             return boot_alloc(n);
     }
     void *p = NULL;
-    if (!secure && crawl_gpa_should_sample_inline())
+    if (secure)
+        crawl__gpa_next = UINT32_MAX;    /* never sampled: the fast path from now on */
+    else if (crawl_gpa_should_sample_inline())
         p = crawl__gpa_allocate_from(n, 0, &here);
     if (!p)
         p = real_malloc(n);

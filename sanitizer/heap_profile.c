@@ -75,6 +75,8 @@ static inline void shard_unlock(atomic_int *l)
  * pointer's bit after the store its allocation made, in program order (or
  * after the program's own hand-over between threads). */
 #define SLOT_SHARD(slot) ((slot) >> (14 - HP_SHARD_BITS))
+/* a bits word (64 slots) must lie inside one shard */
+_Static_assert(HP_SHARD_BITS <= 14 - 6, "a filter word would span shards");
 
 static void filter_set(unsigned slot, unsigned char count)
 {

@@ -206,7 +206,9 @@ uint64_t sw_rule_single(const sw_module *m, uintptr_t pc)
     Dwarf_Addr bias;
     Dwarf_CFI *cfi = dm ? dwfl_module_eh_cfi(dm, &bias) : NULL;
     Dwarf_Frame *frame = NULL;
-    if (cfi && dwarf_cfi_addrframe(cfi, pc - bias, &frame) == 0) {
+    if (!cfi)
+        rule = 0;                        /* libdwfl does not know it: leave it to the compiler */
+    else if (dwarf_cfi_addrframe(cfi, pc - bias, &frame) == 0) {
         Dwarf_Addr lo, hi;
         bool sig;
         if (dwarf_frame_info(frame, &lo, &hi, &sig) >= 0 && pc - bias >= lo && pc - bias < hi &&
@@ -252,9 +254,15 @@ uint64_t sw_rule_lookup(const sw_snapshot *s, uintptr_t key, int signal_safe, in
         !atomic_load_explicit(&m->compiled, memory_order_acquire) &&
         atomic_fetch_add_explicit(&m->singles, 1, memory_order_relaxed) < SW_SINGLES_MAX) {
         /* not compiled yet: this pc alone (a sample's walk need not pay for all of libc) */
-        rule = sw_rule_single(m, key) | ((uint64_t)trusted << 56);
-        cache_put(&s->cache[sw_rule_hash(key) >> (64 - SW_CFI_SLOT_BITS)], key, rule);
-        return rule;
+        rule = sw_rule_single(m, key);
+        if (rule) {
+            rule |= (uint64_t)trusted << 56;
+            cache_put(&s->cache[sw_rule_hash(key) >> (64 - SW_CFI_SLOT_BITS)], key, rule);
+            return rule;
+        }
+        /* (a module libdwfl cannot find would rebuild its session at every
+         * lookup: compile it once instead) */
+        atomic_store_explicit(&m->singles, SW_SINGLES_MAX, memory_order_relaxed);
     }
     const sw_rules *r = signal_safe ? atomic_load_explicit(&m->rules, memory_order_acquire)
                                     : sw_module_rules(m);

@@ -105,7 +105,8 @@ int sw_modules_warm(void);
  * modules.c's lock); NULL if it has none. */
 sw_rules *sw_rules_compile(const sw_module *m);
 /* The rule for one pc of m, read from its CFI through libdw: what the
- * compiled table would say there. Normal context (allocates, takes the
+ * compiled table would say there; 0 when libdwfl has no CFI for the module
+ * (the caller compiles it instead). Normal context (allocates, takes the
  * libdwfl lock). */
 uint64_t sw_rule_single(const sw_module *m, uintptr_t pc);
 /* How many pcs of a module are read one at a time before the module is
@@ -365,7 +366,8 @@ int sw_on_signal_run(int sig, void (*fn)(void *), void *arg);
 
 /* An internal walk flag (sw_walk, sw_backtrace; normal context): rules of
  * modules not compiled yet are read one pc at a time first (cfi_cache.c).
- * Such a walk does not make a module usable to signal-safe walks. */
+ * Such a walk does not compile the module: signal-safe walks can use the
+ * rules it read (cached) at those pcs only. */
 #define SW_WALK_SPARSE_CFI (1u << 31)
 
 /* The pcs above the frame whose registers are regs (as sw_walk with skip 1

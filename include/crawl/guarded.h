@@ -50,8 +50,8 @@ static inline int crawl_gpa_should_sample_inline(void)
 
 static inline int crawl_gpa_owns_inline(const void *p)
 {
-    return (uintptr_t)p - crawl__gpa_bounds.lo <
-           __atomic_load_n(&crawl__gpa_bounds.span, __ATOMIC_ACQUIRE);
+    uintptr_t span = __atomic_load_n(&crawl__gpa_bounds.span, __ATOMIC_ACQUIRE);
+    return (uintptr_t)p - __atomic_load_n(&crawl__gpa_bounds.lo, __ATOMIC_RELAXED) < span;
 }
 
 /* 1 once in gpa_sample_rate calls on average (a per-thread countdown: a

@@ -54,9 +54,10 @@ extern "C" {
  * that stay in the L1 cache. crawl__hp_countdown is the thread's bytes to
  * its next sample. */
 CRAWL_API extern struct crawl__hp_fast {
-    int on, sampled, mode, mmap;
+    int on, sampled;
+    unsigned char counts[1 << 14];      /* (where 0.1's inline hooks read it) */
+    int mode, mmap;
     uint64_t bits[(1 << 14) / 64];
-    unsigned char counts[1 << 14];
 } crawl__hp __attribute__((aligned(64)));
 CRAWL_API extern __thread long crawl__hp_countdown __attribute__((tls_model("initial-exec")));
 CRAWL_API void crawl__heap_profile_slow(const void *p, size_t size, uintptr_t caller);
