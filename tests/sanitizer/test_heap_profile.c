@@ -289,7 +289,7 @@ NOINLINE static void plant(void)
      * by address: each node must still be found through the one before):
      * the head leaked directly, the 3 others through it */
     struct node *l[4];
-    for (int i = 0; i < 4; i++)
+    for (volatile int i = 0; i < 4; i++)   /* one call site: one stack (no unrolling) */
         l[i] = my_malloc(sizeof *l[i]);
     for (int i = 0; i < 4; i++)
         for (int j = i + 1; j < 4; j++)
