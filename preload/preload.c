@@ -24,10 +24,6 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
-#ifndef MREMAP_DONTUNMAP
-#define MREMAP_DONTUNMAP 4 /* Linux 5.7; glibc 2.36's headers lack it */
-#endif
-
 #include <crawl/guarded.h>
 #include <crawl/heap_profile.h>
 #include <crawl/stackwalk.h>
@@ -168,19 +164,6 @@ static inline __attribute__((always_inline)) int plain_alloc(size_t n)
     return 1;
 }
 
-/* The heap profile's hook for alloc_slow: the stack starts at alloc_slow's
- * caller (malloc, new, strdup...), not at alloc_slow. */
-static inline __attribute__((always_inline)) void recorded_above(void *p, size_t n,
-                                                                 const void *caller,
-                                                                 const crawl_regs *here)
-{
-    if (__builtin_expect(crawl__hp.on != 1, 1) || !p)
-        return;
-    if (crawl__hp.sampled && (crawl__hp_countdown -= (long)(n ? n : 1)) > 0)
-        return;
-    crawl__heap_profile_slow_from(p, n, (uintptr_t)caller, here);
-}
-
 /* Everything but the common case, out of line: the entry points' fast
  * paths then need no registers saved. A real call from the entry point
  * (never a tail call: its frame stays), and captures skip this frame. */
@@ -200,7 +183,8 @@ __attribute__((noinline)) static void *alloc_slow(size_t n, const void *caller)
         p = crawl__gpa_allocate_from(n, 0, &here);
     if (!p)
         p = real_malloc(n);
-    recorded_above(p, n, caller, &here);
+    if (crawl__heap_profile_wants(p, n))  /* the stack starts above alloc_slow: at malloc, new... */
+        crawl__heap_profile_slow_from(p, n, (uintptr_t)caller, &here);
     NO_TAIL(p);
     return p;
 }
@@ -418,12 +402,8 @@ EXPORT void *mremap(void *old, size_t old_len, size_t len, int flags, ...)
     }
     void *p = real_mremap ? real_mremap(old, old_len, len, flags, want)
                           : (void *)syscall(SYS_mremap, old, old_len, len, flags, want);
-    if (__builtin_expect(crawl__hp.mmap, 0) && p != MAP_FAILED) {
-        if (flags & MREMAP_DONTUNMAP)    /* the old pages stay mapped: a new region */
-            crawl_heap_profile_mmap(p, len, (uintptr_t)__builtin_return_address(0));
-        else
-            crawl_heap_profile_mremap(old, old_len, p, len);
-    }
+    if (__builtin_expect(crawl__hp.mmap, 0))
+        crawl_heap_profile_mremap(old, old_len, p, len, flags);
     NO_TAIL(p);
     return p;
 }

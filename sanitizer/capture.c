@@ -45,12 +45,12 @@ unsigned san_capture_words(const crawl_regs *from, unsigned max, unsigned flags,
                            uintptr_t *out, unsigned cap)
 {
     const crawl__thread *th = crawl__self();
+    unsigned walk = (flags & (CRAWL_WALK_FAST | CRAWL_WALK_SIGNAL_SAFE)) | SW_WALK_SPARSE_CFI;
     if (th->attached && !th->top) {
         /* no Frames on this thread: native pcs only, without a callback per
          * frame (the same words: a native frame is its pc) */
         unsigned want = max < 1 ? 1 : max > cap ? cap : max;
-        unsigned n = sw_backtrace(from, out, want,
-                                  (flags & (CRAWL_WALK_FAST | CRAWL_WALK_SIGNAL_SAFE)) | SW_WALK_SPARSE_CFI);
+        unsigned n = sw_backtrace(from, out, want, walk);
         for (unsigned i = 0; i < n; i++)
             out[i] &= ~CRAWL_DEPOT_TAGS;
         return n;
@@ -58,9 +58,7 @@ unsigned san_capture_words(const crawl_regs *from, unsigned max, unsigned flags,
     capture c;
     c.n = c.frames = 0;
     c.max = max < 1 ? 1 : max > CRAWL_DEPOT_MAX_FRAMES ? CRAWL_DEPOT_MAX_FRAMES : max;
-    sw_walk(from, 0, 1, add_frame, &c,
-            (flags & (CRAWL_WALK_FAST | CRAWL_WALK_SIGNAL_SAFE)) | CRAWL_WALK_FUNCTIONS_ONLY |
-                SW_WALK_SPARSE_CFI);
+    sw_walk(from, 0, 1, add_frame, &c, walk | CRAWL_WALK_FUNCTIONS_ONLY);
     unsigned n = c.n < cap ? c.n : cap;
     memcpy(out, c.words, n * sizeof *out);
     return n;

@@ -15,6 +15,10 @@
 
 #include "sanitizer/heap_profile_internal.h"
 
+#ifndef MREMAP_DONTUNMAP
+#define MREMAP_DONTUNMAP 4 /* Linux 5.7; glibc 2.36's headers lack it */
+#endif
+
 typedef struct region {
     uintptr_t lo, hi;                   /* whole pages */
     uintptr_t caller;
@@ -114,30 +118,52 @@ static int recording(void)
            !crawl__busy;
 }
 
-static void add_region(uintptr_t lo, size_t len, uintptr_t caller, uint32_t stack)
+/* The whole pages [*lo, *hi) that [addr, addr + len) touches. */
+static void pages(uintptr_t addr, size_t len, uintptr_t *lo, uintptr_t *hi)
 {
-    region r = {.lo = lo & ~page_mask(), .hi = (lo + len + page_mask()) & ~page_mask(),
-                .caller = caller, .stack = stack};
-    int was = hp_inside_enter();
+    *lo = addr & ~page_mask();
+    *hi = (addr + len + page_mask()) & ~page_mask();
+}
+
+/* Take [lo, hi) out of the table and, when add is not NULL, put *add in
+ * its place (a mapping made over whatever was there); *found, when not
+ * NULL, gets the region that held lo before (its return: 1 if there was
+ * one). Inside crawl meanwhile: the table's own growth is not recorded. */
+static int change(uintptr_t lo, uintptr_t hi, const region *add, region *found)
+{
+    int was = hp_inside_enter(), held = 0;
     crawl__lock(&lock);
-    if (reserve() == 0) {
-        cut(r.lo, r.hi, NULL);
-        put(&r);
+    if ((n || add) && reserve() == 0) {
+        held = cut(lo, hi, found);
+        if (add)
+            put(add);
     }
     crawl__unlock(&lock);
     hp_inside_leave(was);
+    return held;
+}
+
+static void add_region(uintptr_t addr, size_t len, uintptr_t caller, uint32_t stack)
+{
+    region r = {.caller = caller, .stack = stack};
+    pages(addr, len, &r.lo, &r.hi);
+    change(r.lo, r.hi, &r, NULL);
+}
+
+/* A new region with a stack from the caller of the function whose
+ * registers are *from. */
+static void map_from(const void *addr, size_t len, uintptr_t caller, const crawl_regs *from)
+{
+    if (!addr || addr == MAP_FAILED || len == 0 || !recording())
+        return;
+    add_region((uintptr_t)addr, len, caller, hp_capture_stack(from));
 }
 
 void crawl_heap_profile_mmap(const void *addr, size_t len, uintptr_t caller)
 {
-    if (!addr || addr == MAP_FAILED || len == 0 || !recording())
-        return;
-    if (!caller)
-        caller = (uintptr_t)__builtin_return_address(0);
     crawl_regs here;
     crawl_capture_regs(&here);
-    uint32_t stack = hp_capture_stack(&here);
-    add_region((uintptr_t)addr, len, caller, stack);
+    map_from(addr, len, caller ? caller : (uintptr_t)__builtin_return_address(0), &here);
     CRAWL__NO_TAIL(len);
 }
 
@@ -145,29 +171,27 @@ void crawl_heap_profile_munmap(const void *addr, size_t len)
 {
     if (!addr || len == 0 || hp_inside_now() || crawl__busy)
         return;
-    uintptr_t lo = (uintptr_t)addr & ~page_mask(), hi = ((uintptr_t)addr + len + page_mask()) & ~page_mask();
-    int was = hp_inside_enter();
-    crawl__lock(&lock);
-    if (n && reserve() == 0)
-        cut(lo, hi, NULL);
-    crawl__unlock(&lock);
-    hp_inside_leave(was);
+    uintptr_t lo, hi;
+    pages((uintptr_t)addr, len, &lo, &hi);
+    change(lo, hi, NULL, NULL);
 }
 
-void crawl_heap_profile_mremap(const void *old, size_t old_len, const void *addr, size_t len)
+void crawl_heap_profile_mremap(const void *old, size_t old_len, const void *addr, size_t len,
+                               int flags)
 {
     if (!old || !addr || addr == MAP_FAILED || hp_inside_now() || crawl__busy)
         return;
-    uintptr_t lo = (uintptr_t)old & ~page_mask(), hi = ((uintptr_t)old + old_len + page_mask()) & ~page_mask();
-    int was = hp_inside_enter();
+    if (flags & MREMAP_DONTUNMAP) {      /* the old pages stay mapped: a new region */
+        crawl_regs here;
+        crawl_capture_regs(&here);
+        map_from(addr, len, (uintptr_t)__builtin_return_address(0), &here);
+        CRAWL__NO_TAIL(len);
+        return;
+    }
+    uintptr_t lo, hi;
+    pages((uintptr_t)old, old_len, &lo, &hi);
     region r;
-    int found = 0;
-    crawl__lock(&lock);
-    if (n && reserve() == 0)
-        found = cut(lo, hi, &r);
-    crawl__unlock(&lock);
-    hp_inside_leave(was);
-    if (found)                           /* moved or resized: the stack that mapped it stays */
+    if (change(lo, hi, NULL, &r))        /* moved or resized: the stack that mapped it stays */
         add_region((uintptr_t)addr, len, r.caller, r.stack);
 }
 
@@ -187,19 +211,9 @@ void crawl_heap_profile_mapped(size_t *bytes, size_t *regions)
 int hp_mmap_append(hp_snap *s)
 {
     crawl__lock(&lock);
-    if (s->n + n > s->cap) {
-        size_t ncap = s->n + n + 64;
-        hp_entry *e = mmap(NULL, ncap * sizeof *e, PROT_READ | PROT_WRITE,
-                           MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-        if (e == MAP_FAILED) {
-            crawl__unlock(&lock);
-            return -ENOMEM;
-        }
-        if (s->e) {
-            memcpy(e, s->e, s->n * sizeof *e);
-            munmap(s->e, s->cap * sizeof *e);
-        }
-        s->e = e, s->cap = ncap;
+    if (hp_snap_reserve(s, n) != 0) {
+        crawl__unlock(&lock);
+        return -ENOMEM;
     }
     for (size_t i = 0; i < n; i++)
         s->e[s->n++] = (hp_entry){.ptr = rg[i].lo, .size = rg[i].hi - rg[i].lo,

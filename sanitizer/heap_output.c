@@ -284,6 +284,13 @@ size_t hp_count_stacks(const hp_snap *s)
     return k;
 }
 
+/* Whether an entry counts in the views: when sampling, only samples (an
+ * entry recorded before sampling began does not) and mapped regions. */
+static int in_view(const hp_snap *s, const hp_entry *e)
+{
+    return !s->sample_bytes || (e->flags & (HP_SAMPLED | HP_MMAP));
+}
+
 /* An entry's weight: 1 object of its size, or for a byte sample the
  * objects and bytes it stands for (size / (1 - e^(-size/N))). */
 static double weight(const hp_snap *s, const hp_entry *e)
@@ -315,8 +322,8 @@ int ho_build(ho_profile *p, const hp_snap *s)
         ho_group g = {0};
         for (; j < s->n && by_stack(&s->e[i], &s->e[j]) == 0; j++) {
             const hp_entry *e = &s->e[j];
-            if (s->sample_bytes && !(e->flags & (HP_SAMPLED | HP_MMAP)))
-                continue;                /* recorded before sampling began: not in this view */
+            if (!in_view(s, e))
+                continue;
             double w = weight(s, e);
             g.objects += w;
             g.bytes += w * (double)e->size;
@@ -361,7 +368,7 @@ int ho_build(ho_profile *p, const hp_snap *s)
     if (!p->modules)
         return -ENOMEM;
     for (size_t i = 0; i < s->n; i++) {
-        if (s->sample_bytes && !(s->e[i].flags & (HP_SAMPLED | HP_MMAP)))
+        if (!in_view(s, &s->e[i]))
             continue;
         Dl_info info;
         const char *m = s->e[i].caller && dladdr((void *)s->e[i].caller, &info) &&

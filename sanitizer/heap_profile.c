@@ -33,8 +33,7 @@ typedef struct shard {
     hp_entry *t;                        /* cap entries, mmap'ed */
     size_t cap, used, live;             /* used counts tombstones too */
     size_t live_bytes;
-    char pad[64 - (sizeof(atomic_int) + 4 + sizeof(void *) + 4 * sizeof(size_t)) % 64];
-} shard;
+} __attribute__((aligned(64))) shard;  /* a cache line each */
 
 static shard shards[HP_SHARDS];
 static atomic_ulong dropped;
@@ -66,7 +65,6 @@ static inline void shard_unlock(atomic_int *l)
     atomic_store_explicit(l, 0, memory_order_release);
 }
 
-
 /* The free fast path's filter: a count of recorded pointers per hash (a
  * count that reaches 255 stays there: frees then always look), and a bit
  * per hash that says "not 0", the only part a free reads. A slot's count
@@ -95,7 +93,6 @@ static void filter_add(uintptr_t ptr, int delta)   /* under ptr's shard lock */
         return;
     filter_set(slot, (unsigned char)(v + delta));
 }
-
 
 void crawl__hp_filter_stick(const void *p)
 {
@@ -218,8 +215,7 @@ static void record(const void *p, size_t size, uintptr_t caller, const crawl_reg
     hp_entry e = {.ptr = (uintptr_t)p, .size = size, .caller = caller,
                   .flags = sample ? HP_SAMPLED : 0};
     if (sample || size >= o->heap_stack_min_size)
-        e.stack = san_capture_at(from, o->malloc_context_size,
-                                 o->heap_stack_fast ? CRAWL_WALK_FAST : 0);
+        e.stack = hp_capture_stack(from);
     if (insert(&e) != 0)
         atomic_fetch_add_explicit(&dropped, 1, memory_order_relaxed);
     inside = 0;
@@ -238,28 +234,23 @@ static int take_sample(void)
     return 1;
 }
 
-void crawl__heap_profile_slow(const void *p, size_t size, uintptr_t caller)
+void crawl__heap_profile_slow_from(const void *p, size_t size, uintptr_t caller,
+                                   const crawl_regs *from)
 {
     if (inside || crawl__busy)
         return;                          /* crawl's own, not the program's */
     int sample = crawl__hp.sampled;
     if (sample && !take_sample())
         return;
-    crawl_regs here;
-    crawl_capture_regs(&here);
-    record(p, size, caller, &here, sample);
-    CRAWL__NO_TAIL(size);
+    record(p, size, caller, from, sample);
 }
 
-void crawl__heap_profile_slow_from(const void *p, size_t size, uintptr_t caller,
-                                   const crawl_regs *from)
+void crawl__heap_profile_slow(const void *p, size_t size, uintptr_t caller)
 {
-    if (inside || crawl__busy)
-        return;
-    int sample = crawl__hp.sampled;
-    if (sample && !take_sample())
-        return;
-    record(p, size, caller, from, sample);
+    crawl_regs here;
+    crawl_capture_regs(&here);
+    crawl__heap_profile_slow_from(p, size, caller, &here);
+    CRAWL__NO_TAIL(size);
 }
 
 void crawl_heap_profile_alloc(const void *p, size_t size, uintptr_t caller)
@@ -303,37 +294,40 @@ void crawl_heap_profile_stop(void)
 
 /* ---- reading the table ----------------------------------------------------------------- */
 
+int hp_snap_reserve(hp_snap *s, size_t more)
+{
+    if (s->n + more <= s->cap)
+        return 0;
+    size_t ncap = (s->n + more) * 2 + 1024;
+    hp_entry *bigger = mmap(NULL, ncap * sizeof *bigger, PROT_READ | PROT_WRITE,
+                            MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (bigger == MAP_FAILED)
+        return -ENOMEM;
+    if (s->e) {
+        memcpy(bigger, s->e, s->n * sizeof *bigger);
+        munmap(s->e, s->cap * sizeof *s->e);
+    }
+    s->e = bigger, s->cap = ncap;
+    return 0;
+}
+
 int hp_snapshot(hp_snap *out)
 {
     memset(out, 0, sizeof *out);
     out->sample_bytes = atomic_load(&sample_bytes);
-    size_t cap = 0;
-    hp_entry *all = NULL;
     for (int i = 0; i < HP_SHARDS; i++) {
         shard *s = &shards[i];
         shard_lock(&s->lock);
-        if (out->n + s->live > cap) {
-            size_t ncap = (out->n + s->live) * 2 + 1024;
-            hp_entry *bigger = mmap(NULL, ncap * sizeof *bigger, PROT_READ | PROT_WRITE,
-                                    MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-            if (bigger == MAP_FAILED) {
-                shard_unlock(&s->lock);
-                if (all)
-                    munmap(all, cap * sizeof *all);
-                return -ENOMEM;
-            }
-            if (all) {
-                memcpy(bigger, all, out->n * sizeof *all);
-                munmap(all, cap * sizeof *all);
-            }
-            all = bigger, cap = ncap;
+        if (hp_snap_reserve(out, s->live) != 0) {
+            shard_unlock(&s->lock);
+            hp_snapshot_free(out);
+            return -ENOMEM;
         }
         for (size_t j = 0; j < s->cap; j++)
             if (s->t[j].ptr > HP_TOMB)
-                all[out->n++] = s->t[j];
+                out->e[out->n++] = s->t[j];
         shard_unlock(&s->lock);
     }
-    out->e = all, out->cap = cap;
     out->dropped = atomic_load(&dropped);
     return 0;
 }

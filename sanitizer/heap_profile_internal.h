@@ -33,6 +33,9 @@ typedef struct hp_snap {
 } hp_snap;
 
 int hp_snapshot(hp_snap *out);          /* 0 or -ENOMEM */
+/* Room for more entries in s (its array is mmap'ed: never malloc). 0 or
+ * -ENOMEM, s unchanged then. */
+int hp_snap_reserve(hp_snap *s, size_t more);
 void hp_snapshot_free(hp_snap *s);
 /* The shards' tables [lo, hi) (they hold every chunk's address: a leak
  * check must not take them for roots). Their count, at most max. */

@@ -22,10 +22,6 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-#ifndef MREMAP_DONTUNMAP
-#define MREMAP_DONTUNMAP 4 /* Linux 5.7; glibc 2.36's headers lack it */
-#endif
-
 #include "sanitizer/heap_profile_internal.h"
 
 #define CALLER ((uintptr_t)__builtin_return_address(0))
@@ -150,20 +146,17 @@ static void h_delete_array_sized(void *p, size_t n)
     crawl_heap_profile_on_free(p);
     ((void (*)(void *, size_t))real[F_DELETE_ARRAY_SIZED])(p, n);
 }
-static void *h_mmap(void *addr, size_t len, int prot, int flags, int fd, off_t off)
-{
-    void *p = ((void *(*)(void *, size_t, int, int, int, off_t))real[F_MMAP])(addr, len, prot,
-                                                                             flags, fd, off);
-    crawl_heap_profile_mmap(p, len, CALLER);
-    return p;
-}
-static void *h_mmap64(void *addr, size_t len, int prot, int flags, int fd, off_t off)
-{
-    void *p = ((void *(*)(void *, size_t, int, int, int, off_t))real[F_MMAP64])(addr, len, prot,
-                                                                               flags, fd, off);
-    crawl_heap_profile_mmap(p, len, CALLER);
-    return p;
-}
+#define H_MMAP(name, index)                                                                    \
+    static void *name(void *addr, size_t len, int prot, int flags, int fd, off_t off)          \
+    {                                                                                          \
+        void *p = ((void *(*)(void *, size_t, int, int, int, off_t))real[index])(addr, len,   \
+                                                                                prot, flags,   \
+                                                                                fd, off);      \
+        crawl_heap_profile_mmap(p, len, CALLER);                                               \
+        return p;                                                                              \
+    }
+H_MMAP(h_mmap, F_MMAP)
+H_MMAP(h_mmap64, F_MMAP64)
 static int h_munmap(void *addr, size_t len)
 {
     int rc = ((int (*)(void *, size_t))real[F_MUNMAP])(addr, len);
@@ -182,11 +175,7 @@ static void *h_mremap(void *old, size_t old_len, size_t len, int flags, ...)
     }
     void *p = ((void *(*)(void *, size_t, size_t, int, ...))real[F_MREMAP])(old, old_len, len,
                                                                             flags, want);
-    if (flags & MREMAP_DONTUNMAP) {      /* the old pages stay mapped: a new region */
-        crawl_heap_profile_mmap(p, len, CALLER);
-        return p;
-    }
-    crawl_heap_profile_mremap(old, old_len, p, len);
+    crawl_heap_profile_mremap(old, old_len, p, len, flags);
     return p;
 }
 static void rescan(void);

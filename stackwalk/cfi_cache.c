@@ -145,6 +145,33 @@ static int fde_table(uintptr_t hdr, const int32_t **table, size_t *count)
     return 0;
 }
 
+/* The CFI row that holds addr: its rule, and in *end where the row ends.
+ * 0 when libdw has none there. (Under sw_dwfl_lock: cfi lives in the
+ * session.) */
+static uint64_t row_at(Dwarf_CFI *cfi, Dwarf_Addr bias, uintptr_t addr, uintptr_t *end)
+{
+    Dwarf_Frame *frame = NULL;
+    Dwarf_Addr lo, hi;
+    bool sig;
+    uint64_t rule = 0;
+    if (dwarf_cfi_addrframe(cfi, addr - bias, &frame) != 0)
+        return 0;
+    if (dwarf_frame_info(frame, &lo, &hi, &sig) >= 0 && hi + bias > addr) {
+        rule = frame_rule(frame, sig);
+        *end = hi + bias;
+    }
+    free(frame);
+    return rule;
+}
+
+/* The CFI of the module holding addr and its bias, or NULL (under
+ * sw_dwfl_lock). */
+static Dwarf_CFI *module_cfi(uintptr_t addr, Dwarf_Addr *bias)
+{
+    Dwfl_Module *dm = sw_dwfl_module(addr);
+    return dm ? dwfl_module_eh_cfi(dm, bias) : NULL;
+}
+
 /* Every FDE's rows into r (under sw_dwfl_lock: cfi lives in the session). */
 static void compile_fdes(const sw_module *m, const int32_t *tab, size_t nfde, Dwarf_CFI *cfi,
                          Dwarf_Addr bias, table_builder *b)
@@ -154,20 +181,11 @@ static void compile_fdes(const sw_module *m, const int32_t *tab, size_t nfde, Dw
         uintptr_t start = m->eh_frame_hdr + (uintptr_t)(intptr_t)tab[2 * i];
         uintptr_t limit = i + 1 < nfde ? m->eh_frame_hdr + (uintptr_t)(intptr_t)tab[2 * i + 2]
                                        : UINTPTR_MAX;
-        uintptr_t addr = start;
-        while (addr < limit && !b->failed) {
-            Dwarf_Frame *frame = NULL;
-            Dwarf_Addr lo, hi;
-            bool sig;
-            if (dwarf_cfi_addrframe(cfi, addr - bias, &frame) != 0)
-                break;
-            if (dwarf_frame_info(frame, &lo, &hi, &sig) < 0 || hi + bias <= addr) {
-                free(frame);
-                break;
-            }
-            put(b, addr - m->bias, frame_rule(frame, sig));
-            free(frame);
-            addr = hi + bias;
+        uintptr_t addr = start, end;
+        uint64_t rule;
+        while (addr < limit && !b->failed && (rule = row_at(cfi, bias, addr, &end)) != 0) {
+            put(b, addr - m->bias, rule);
+            addr = end;
         }
         if (addr < limit)
             put(b, addr - m->bias, other);   /* no FDE until the next one */
@@ -185,9 +203,8 @@ sw_rules *sw_rules_compile(const sw_module *m)
         return NULL;
     table_builder b = {.r = r};
     sw_dwfl_lock();
-    Dwfl_Module *dm = sw_dwfl_module(m->eh_frame_hdr + (uintptr_t)(intptr_t)tab[0]);
     Dwarf_Addr bias;
-    Dwarf_CFI *cfi = dm ? dwfl_module_eh_cfi(dm, &bias) : NULL;
+    Dwarf_CFI *cfi = module_cfi(m->eh_frame_hdr + (uintptr_t)(intptr_t)tab[0], &bias);
     if (cfi)
         compile_fdes(m, tab, nfde, cfi, bias, &b);
     sw_dwfl_unlock();
@@ -200,21 +217,15 @@ sw_rules *sw_rules_compile(const sw_module *m)
 
 uint64_t sw_rule_single(const sw_module *m, uintptr_t pc)
 {
-    uint64_t rule = sw_rule_make(SW_RULE_OTHER, 0, 0, 0);
+    uint64_t rule = 0;                   /* libdwfl does not know it: leave it to the compiler */
     sw_dwfl_lock();
-    Dwfl_Module *dm = sw_dwfl_module(pc);
     Dwarf_Addr bias;
-    Dwarf_CFI *cfi = dm ? dwfl_module_eh_cfi(dm, &bias) : NULL;
-    Dwarf_Frame *frame = NULL;
-    if (!cfi)
-        rule = 0;                        /* libdwfl does not know it: leave it to the compiler */
-    else if (dwarf_cfi_addrframe(cfi, pc - bias, &frame) == 0) {
-        Dwarf_Addr lo, hi;
-        bool sig;
-        if (dwarf_frame_info(frame, &lo, &hi, &sig) >= 0 && pc - bias >= lo && pc - bias < hi &&
-            pc - m->bias <= UINT32_MAX)
-            rule = frame_rule(frame, sig);
-        free(frame);
+    Dwarf_CFI *cfi = module_cfi(pc, &bias);
+    if (cfi) {
+        uintptr_t end;
+        rule = pc - m->bias <= UINT32_MAX ? row_at(cfi, bias, pc, &end) : 0;
+        if (!rule)                       /* no row there (no FDE), as the table says */
+            rule = sw_rule_make(SW_RULE_OTHER, 0, 0, 0);
     }
     sw_dwfl_unlock();
     return rule;

@@ -125,8 +125,10 @@ CRAWL_API void crawl_heap_profile_free(const void *p) CRAWL__ADDRESS_ONLY;
  * their own, of whole pages. crawl_heap_profile_mmap records [addr,
  * addr + len) with a stack (every mapping: they are few), replacing what
  * it overlaps; crawl_heap_profile_munmap takes back any part of any
- * region (trimming or splitting it); crawl_heap_profile_mremap moves what
- * was recorded at old to addr with the stack that mapped it. caller as for
+ * region (trimming or splitting it); crawl_heap_profile_mremap, given
+ * mremap's flags, moves what was recorded at old to addr with the stack
+ * that mapped it (with MREMAP_DONTUNMAP the old pages stay: addr is a new
+ * region, with a stack of its own). caller as for
  * crawl_heap_profile_alloc. Recorded only while recording with the option
  * on; mappings crawl makes while it records or holds one of its locks are
  * left out. The
@@ -138,7 +140,7 @@ CRAWL_API void crawl_heap_profile_free(const void *p) CRAWL__ADDRESS_ONLY;
 CRAWL_API void crawl_heap_profile_mmap(const void *addr, size_t len, uintptr_t caller);
 CRAWL_API void crawl_heap_profile_munmap(const void *addr, size_t len);
 CRAWL_API void crawl_heap_profile_mremap(const void *old, size_t old_len, const void *addr,
-                                         size_t len);
+                                         size_t len, int flags);
 /* Bytes and regions recorded now (either pointer may be NULL). Thread-safe. */
 CRAWL_API void crawl_heap_profile_mapped(size_t *bytes, size_t *regions);
 
@@ -148,15 +150,22 @@ CRAWL_API void crawl_heap_profile_mapped(size_t *bytes, size_t *regions);
  * branch; the rest is crawl_heap_profile_alloc/free's. */
 /* (always inlined: the recorded stack starts at the allocator's own
  * function, never at a copy of this one a compiler chose not to inline) */
+/* 1 if the allocation p of size bytes goes to the slow hook (recording,
+ * and not sampling or with the byte countdown run out); takes the
+ * countdown down. Not API: the inline hooks' and the preload's test. */
+static inline __attribute__((always_inline)) int crawl__heap_profile_wants(const void *p,
+                                                                           size_t size)
+{
+    if (__builtin_expect(crawl__hp.on != 1, 1) || !p)
+        return 0;
+    return !crawl__hp.sampled || (crawl__hp_countdown -= (long)(size ? size : 1)) <= 0;
+}
 static inline __attribute__((always_inline)) void crawl_heap_profile_on_alloc(const void *p,
                                                                               size_t size,
                                                                               uintptr_t caller)
 {
-    if (__builtin_expect(crawl__hp.on != 1, 1) || !p)
-        return;
-    if (crawl__hp.sampled && (crawl__hp_countdown -= (long)(size ? size : 1)) > 0)
-        return;
-    crawl__heap_profile_slow(p, size, caller);
+    if (crawl__heap_profile_wants(p, size))
+        crawl__heap_profile_slow(p, size, caller);
 }
 static inline __attribute__((always_inline)) void crawl_heap_profile_on_free(const void *p)
 {

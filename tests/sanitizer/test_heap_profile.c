@@ -12,6 +12,7 @@
 #include <fcntl.h>
 #include <pthread.h>
 #include <stdatomic.h>
+#include <sys/mman.h>
 #include <sys/wait.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -235,14 +236,21 @@ static void test_mapped_regions(void **state)
     expect_mapped(4, 2);
     crawl_heap_profile_munmap((const void *)(base + 10), 1);        /* a part of page 0 */
     expect_mapped(3, 2);                                   /* [1, 2) [3, 5) */
-    crawl_heap_profile_mremap((const void *)(base + 3 * PG), 2 * PG, (const void *)moved, 3 * PG);
+    crawl_heap_profile_mremap((const void *)(base + 3 * PG), 2 * PG, (const void *)moved, 3 * PG,
+                              1 /* MREMAP_MAYMOVE */);
     expect_mapped(4, 2);                                   /* [1, 2), moved [0, 3) */
     map_region(moved + PG, 4);           /* over the moved region's tail: replaces it */
     expect_mapped(6, 3);                                   /* [1, 2), moved [0, 1) [1, 5) */
     crawl_heap_profile_munmap((const void *)(base - PG), 100 * PG); /* wider than what is there */
     expect_mapped(5, 2);
-    crawl_heap_profile_mremap((const void *)(base + 50 * PG), PG, (const void *)base, PG);
+    crawl_heap_profile_mremap((const void *)(base + 50 * PG), PG, (const void *)base, PG, 0);
     expect_mapped(5, 2);                 /* nothing recorded there: nothing moves */
+    /* MREMAP_DONTUNMAP: the old pages stay, the new ones are a region of their own */
+    crawl_heap_profile_mremap((const void *)(base + PG), PG, (const void *)(moved + 20 * PG), PG,
+                              1 | 4 /* MREMAP_MAYMOVE | MREMAP_DONTUNMAP */);
+    expect_mapped(6, 3);
+    crawl_heap_profile_munmap((const void *)(moved + 20 * PG), PG);
+    expect_mapped(5, 2);
 
     /* the outputs: live bytes include them, with the stacks that mapped them */
     char *json = output(CRAWL_HEAP_JSON);
