@@ -34,10 +34,11 @@ static inline unsigned sw_rule_flags(uint64_t r) { return (unsigned)(r >> 56); }
 
 static inline int64_t sw_rule_cfa_off(uint64_t r) { return (int64_t)(int32_t)(uint32_t)r; }
 
+/* A signed 12-bit field: shifted to the top, then arithmetically back
+ * down (two instructions; the compare-and-subtract form took six). */
 static inline int64_t sw_rule_field12(uint64_t r, int shift)
 {
-    int64_t v = (int64_t)((r >> shift) & 0xfff);
-    return v >= 2048 ? v - 4096 : v;
+    return (int64_t)(r << (52 - shift)) >> 52;
 }
 
 static inline int64_t sw_rule_ra_off(uint64_t r) { return sw_rule_field12(r, 32); }

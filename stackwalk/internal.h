@@ -276,6 +276,22 @@ static inline int sw_fp_next(const sw_cursor *c, uintptr_t *ip, uintptr_t *sp, u
     return SW_OK;
 }
 
+/* The rule in a cache slot for key, or 0 if the slot holds another key
+ * (or is being written). */
+static inline __attribute__((always_inline)) uint64_t sw_rule_get_at(const sw_cfi_slot *slot,
+                                                                     uintptr_t key,
+                                                                     unsigned long *hits)
+{
+    if (atomic_load_explicit(&slot->key, memory_order_acquire) == key) {
+        uint64_t rule = atomic_load_explicit(&slot->rule, memory_order_acquire);
+        if (atomic_load_explicit(&slot->key, memory_order_relaxed) == key) {
+            ++*hits;
+            return rule;
+        }
+    }
+    return 0;
+}
+
 /* The rule for key: from the cache (two loads when it hits), else looked up. */
 static inline __attribute__((always_inline)) uint64_t sw_rule_get(const sw_cursor *c, uintptr_t key, unsigned long *hits)
 {

@@ -33,14 +33,39 @@ static crawl_action keep(const crawl_cf *cf, void *ctx)
 static frames cached, plain;
 static int compared;
 
-/* Both walks start here, so both lists start in this function (at
- * different call sites): compare from the caller on. */
+/* crawl_backtrace of the same stack (its quick loop where it applies, the
+ * walk's batch loop from where it cannot go on), and cut at each length. */
+static uintptr_t bt[256], bt_cut[256];
+static unsigned bt_n;
+static int bt_bad_cut;                   /* a length whose pcs differ from bt's, or 0 */
+
+NOINLINE static void backtrace_all(void)
+{
+    bt_bad_cut = 0;
+    for (unsigned k = 0;; k++) {         /* ([0], the call site, may differ) */
+        int n = crawl_backtrace(k ? bt_cut : bt, k ? (int)k : 256, 0);
+        if (!k) {
+            bt_n = (unsigned)n;
+        } else if ((unsigned)n != (k < bt_n ? k : bt_n) ||
+                   (n > 1 && memcmp(bt_cut + 1, bt + 1, (size_t)(n - 1) * sizeof bt[0]) != 0)) {
+            bt_bad_cut = (int)k;
+            break;
+        }
+        if (k > bt_n || k > 80)
+            break;
+    }
+    __asm__ volatile("" ::: "memory");
+}
+
+/* The walks start here, so the lists start in this function (at different
+ * call sites): compare from the caller on. */
 NOINLINE static void walk_both(void)
 {
     memset(&cached, 0, sizeof cached);
     memset(&plain, 0, sizeof plain);
     cached.st = crawl_walk(keep, &cached, 0);
     plain.st = crawl_walk(keep, &plain, CRAWL_WALK_NO_CFI_CACHE);
+    backtrace_all();
     __asm__ volatile("" ::: "memory");
 }
 
@@ -58,6 +83,19 @@ static void expect_same(const char *what)
                     (unsigned long)cached.sp[i], (unsigned long)plain.ip[i],
                     (unsigned long)plain.sp[i]);
         fail_msg("%s: the cached walk differs from libunwind's", what);
+    }
+    /* backtrace_all's pcs: [0] in backtrace_all, [1] its call in walk_both,
+     * then libunwind's from its [1] on */
+    int bt_same = bt_n == plain.n + 1 && bt_bad_cut == 0;
+    for (unsigned i = 1; bt_same && i < plain.n; i++)
+        bt_same = bt[i + 1] == plain.ip[i];
+    if (!bt_same) {
+        fprintf(stderr, "%s: crawl_backtrace %u pcs (first bad cut %d), libunwind %u frames\n", what,
+                bt_n, bt_bad_cut, plain.n);
+        for (unsigned i = 0; i < bt_n || i < cached.n; i++)
+            fprintf(stderr, "  #%u  %#lx   %#lx\n", i, (unsigned long)bt[i],
+                    (unsigned long)plain.ip[i]);
+        fail_msg("%s: crawl_backtrace differs from the walk", what);
     }
 }
 
@@ -260,6 +298,7 @@ NOINLINE static void walk_both_signal_safe(void)
     crawl_cfi_cache_stats(NULL, NULL, &fb1);
     fb_signal_safe = fb1 - fb0;
     plain.st = crawl_walk(keep, &plain, CRAWL_WALK_NO_CFI_CACHE);
+    backtrace_all();
     __asm__ volatile("" ::: "memory");
 }
 
