@@ -48,11 +48,13 @@ unsigned san_capture_words(const crawl_regs *from, unsigned max, unsigned flags,
     unsigned walk = (flags & (CRAWL_WALK_FAST | CRAWL_WALK_SIGNAL_SAFE)) | SW_WALK_SPARSE_CFI;
     if (th->attached && !th->top) {
         /* no Frames on this thread: native pcs only, without a callback per
-         * frame (the same words: a native frame is its pc) */
+         * frame (the same words: a native frame is its pc). Only the first
+         * may be anything (the walk reports where it starts); every other
+         * is code in a module, below any tag bit. */
         unsigned want = max < 1 ? 1 : max > cap ? cap : max;
         unsigned n = sw_backtrace(from, out, want, walk);
-        for (unsigned i = 0; i < n; i++)
-            out[i] &= ~CRAWL_DEPOT_TAGS;
+        if (n)
+            out[0] &= ~CRAWL_DEPOT_TAGS;
         return n;
     }
     capture c;

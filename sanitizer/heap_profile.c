@@ -1,7 +1,8 @@
 /* Heap profiles: the live table of recorded allocations.
  *
  * 64 shards chosen by the pointer's hash, each an open-addressed table
- * (linear probing, tombstones) under its own mutex, grown by mmap: a hook
+ * (linear probing, deletion by moving entries back) under its own lock,
+ * grown by mmap: a hook
  * takes one uncontended lock and never calls malloc. The mixed stack is
  * captured before the lock (a first walk through a module compiles its CFI
  * and allocates: those allocations come back here and are dropped by the
@@ -18,6 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/single_threaded.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -31,7 +33,7 @@ CRAWL_API __thread long crawl__hp_countdown __attribute__((tls_model("initial-ex
 typedef struct shard {
     atomic_int lock;                    /* shard_lock */
     hp_entry *t;                        /* cap entries, mmap'ed */
-    size_t cap, used, live;             /* used counts tombstones too */
+    size_t cap, live;
     size_t live_bytes;
 } __attribute__((aligned(64))) shard;  /* a cache line each */
 
@@ -47,6 +49,15 @@ static inline uint64_t hash_ptr(uintptr_t p)
     return (uint64_t)(p >> 4) * 0x9e3779b97f4a7c15ULL;
 }
 
+/* A hash's slot in a table of cap entries (a power of 2): middle bits of
+ * the product, which every bit of the pointer reaches (its low bits would
+ * follow the pointer's own: page-aligned chunks would share one slot), and
+ * apart from the top bits that choose the shard. */
+static inline size_t home_of(uint64_t h, size_t cap)
+{
+    return (size_t)(h >> 24) & (cap - 1);
+}
+
 /* A shard's lock: a test-and-set lock that yields while it waits. A hook
  * holds it for one probe of one table (a rehash at worst), so the
  * uncontended case is what counts: one atomic exchange and one store,
@@ -54,6 +65,14 @@ static inline uint64_t hash_ptr(uintptr_t p)
  * Nothing is ever taken inside it. */
 static inline void shard_lock(atomic_int *l)
 {
+    /* No other thread exists (glibc's flag, as libstdc++ and glibc's own
+     * malloc use it): none can hold or want the lock, and none can start
+     * before this thread, inside the lock, creates it; a plain store then
+     * takes it without the atomic exchange's 20 cycles. */
+    if (__libc_single_threaded) {
+        atomic_store_explicit(l, 1, memory_order_relaxed);
+        return;
+    }
     while (atomic_exchange_explicit(l, 1, memory_order_acquire)) {
         while (atomic_load_explicit(l, memory_order_relaxed))
             sched_yield();
@@ -112,30 +131,34 @@ static int rehash(shard *s, size_t cap)
         return -ENOMEM;
     for (size_t i = 0; i < s->cap; i++) {
         const hp_entry *e = &s->t[i];
-        if (e->ptr <= HP_TOMB)
+        if (e->ptr == 0)
             continue;
-        size_t j = hash_ptr(e->ptr) & (cap - 1);
+        size_t j = home_of(hash_ptr(e->ptr), cap);
         while (t[j].ptr)
             j = (j + 1) & (cap - 1);
         t[j] = *e;
     }
     if (s->t)
         munmap(s->t, s->cap * sizeof *s->t);
-    s->t = t, s->cap = cap, s->used = s->live;
+    s->t = t, s->cap = cap;
     return 0;
 }
+
+/* The first table of a shard: a page (128 entries); it doubles when half
+ * full. Small tables keep a heap of a few thousand chunks in the cache. */
+#define SHARD_FIRST_CAP (4096 / sizeof(hp_entry))
 
 static int insert(const hp_entry *e)
 {
     uint64_t h = hash_ptr(e->ptr);
     shard *s = &shards[h >> (64 - HP_SHARD_BITS)];
     shard_lock(&s->lock);
-    if ((s->used + 1) * 2 > s->cap &&
-        rehash(s, s->live * 4 + 4 > s->cap ? (s->cap ? s->cap * 2 : 1024) : s->cap) != 0) {
+    if ((s->live + 1) * 2 > s->cap &&
+        rehash(s, s->cap ? s->cap * 2 : SHARD_FIRST_CAP) != 0) {
         shard_unlock(&s->lock);
         return -ENOMEM;
     }
-    size_t j = h & (s->cap - 1), tomb = SIZE_MAX;
+    size_t j = home_of(h, s->cap);
     for (;; j = (j + 1) & (s->cap - 1)) {
         uintptr_t p = s->t[j].ptr;
         if (p == e->ptr) {               /* recorded twice (a free we did not see): replace */
@@ -145,15 +168,9 @@ static int insert(const hp_entry *e)
             shard_unlock(&s->lock);
             return 0;
         }
-        if (p == HP_TOMB && tomb == SIZE_MAX)
-            tomb = j;
         if (p == 0)
             break;
     }
-    if (tomb != SIZE_MAX)
-        j = tomb;
-    else
-        s->used++;
     filter_add(e->ptr, 1);
     s->t[j] = *e;
     s->live++;
@@ -162,13 +179,38 @@ static int insert(const hp_entry *e)
     return 0;
 }
 
+/* Take slot j out of s's run (under its lock): the entries after it that
+ * probed past j move back (linear probing's deletion without tombstones,
+ * Knuth's algorithm R), so every probe still ends at the first empty slot
+ * and runs stay as short as the live entries make them. */
+static void remove_at(shard *s, size_t j)
+{
+    size_t mask = s->cap - 1;
+    for (size_t k = j;;) {
+        s->t[j].ptr = 0;
+        for (;;) {
+            k = (k + 1) & mask;
+            uintptr_t p = s->t[k].ptr;
+            if (p == 0)
+                return;
+            size_t home = home_of(hash_ptr(p), s->cap);
+            /* p stays if its home lies cyclically in (j, k] */
+            if (j <= k ? (j < home && home <= k) : (j < home || home <= k))
+                continue;
+            s->t[j] = s->t[k];
+            j = k;
+            break;
+        }
+    }
+}
+
 static void erase(uintptr_t ptr)
 {
     uint64_t h = hash_ptr(ptr);
     shard *s = &shards[h >> (64 - HP_SHARD_BITS)];
     shard_lock(&s->lock);
     if (s->cap) {
-        for (size_t j = h & (s->cap - 1);; j = (j + 1) & (s->cap - 1)) {
+        for (size_t j = home_of(h, s->cap);; j = (j + 1) & (s->cap - 1)) {
             uintptr_t p = s->t[j].ptr;
             if (p == 0)
                 break;
@@ -176,7 +218,7 @@ static void erase(uintptr_t ptr)
                 filter_add(ptr, -1);
                 s->live--;
                 s->live_bytes -= s->t[j].size;
-                s->t[j].ptr = HP_TOMB;
+                remove_at(s, j);
                 break;
             }
         }
@@ -324,7 +366,7 @@ int hp_snapshot(hp_snap *out)
             return -ENOMEM;
         }
         for (size_t j = 0; j < s->cap; j++)
-            if (s->t[j].ptr > HP_TOMB)
+            if (s->t[j].ptr)
                 out->e[out->n++] = s->t[j];
         shard_unlock(&s->lock);
     }

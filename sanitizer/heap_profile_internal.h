@@ -9,7 +9,6 @@
 
 #define HP_SHARD_BITS 6
 #define HP_SHARDS (1 << HP_SHARD_BITS)
-#define HP_TOMB ((uintptr_t)1)          /* ptr of an erased entry; 0: never used */
 #define HP_SAMPLED 1u                   /* flags: a byte sample (scale it) */
 #define HP_MMAP 2u                      /* flags: a mapped region (heap_mmap.c), weight 1 */
 

@@ -254,6 +254,8 @@ static void fork_release(void)
     san_options_fork(0);
 }
 
+static atomic_int initialized;           /* init() has run: san_opts skips pthread_once */
+
 static void init(void)
 {
     pthread_atfork(fork_prepare, fork_release, fork_release);
@@ -263,6 +265,7 @@ static void init(void)
     const char *env = getauxval(AT_SECURE) ? NULL : getenv("CRAWL_OPTIONS");
     if (env)
         apply(env);
+    atomic_store_explicit(&initialized, 1, memory_order_release);
 }
 
 /* Options that act without a sanitizer call (perf_map): read at load. */
@@ -275,7 +278,8 @@ __attribute__((constructor)) static void options_at_load(void)
 
 const san_options *san_opts(void)
 {
-    pthread_once(&once, init);
+    if (!atomic_load_explicit(&initialized, memory_order_acquire))
+        pthread_once(&once, init);
     return &atomic_load_explicit(&current, memory_order_acquire)->o;
 }
 
