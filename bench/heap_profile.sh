@@ -1,7 +1,10 @@
 #!/bin/sh
 # bench/heap_profile: 10M malloc/free pairs (bench_heap_work, -O2 without
 # frame pointers) in one run each, alternating, 5 rounds: glibc alone;
-# heaptrack (every allocation with its stack, when installed); crawl's
+# heaptrack (every allocation with its stack, when installed) as people run
+# it, its interpreter process free to use the second core, and pinned to
+# one core with the program (its whole CPU cost, which earlier versions of
+# this script compared against); crawl's
 # preload recording every allocation with its stack (CFI, the default);
 # the same with frame-pointer stacks; crawl sampling stacks every 512 KiB
 # (Go's MemProfileRate); the preload alone, recording nothing (the price of
@@ -25,7 +28,11 @@ have_heaptrack=0
 command -v heaptrack >/dev/null && have_heaptrack=1
 for round in 1 2 3 4 5; do
     run glibc $pin "$work" "$iters"
-    [ $have_heaptrack -eq 1 ] && run heaptrack $pin heaptrack -o "$tmp/ht" "$work" "$iters"
+    if [ $have_heaptrack -eq 1 ]; then
+        run heaptrack heaptrack -o "$tmp/ht" "$work" "$iters"
+        rm -f "$tmp"/ht*
+        run heaptrack_1cpu $pin heaptrack -o "$tmp/ht" "$work" "$iters"
+    fi
     CRAWL_OPTIONS=heap_profile=1:gpa_sample_rate=0 LD_PRELOAD=$pre run crawl $pin "$work" "$iters"
     CRAWL_OPTIONS=heap_profile=1:heap_stack_fast=1:gpa_sample_rate=0 LD_PRELOAD=$pre \
         run crawl_fast $pin "$work" "$iters"
@@ -38,16 +45,18 @@ done
 med() { sort -n "$tmp/$1" | sed -n 3p; }
 g=$(med glibc)
 h=$([ $have_heaptrack -eq 1 ] && med heaptrack || echo 0)
-echo "bench/heap_profile: $iters malloc/free pairs, seconds (median of 5, one core)"
-awk -v g="$g" -v h="$h" -v c="$(med crawl)" -v f="$(med crawl_fast)" -v s="$(med sampled)" \
+h1=$([ $have_heaptrack -eq 1 ] && med heaptrack_1cpu || echo 0)
+echo "bench/heap_profile: $iters malloc/free pairs, seconds (median of 5; all but the first heaptrack row pinned to one core)"
+awk -v g="$g" -v h="$h" -v h1="$h1" -v c="$(med crawl)" -v f="$(med crawl_fast)" -v s="$(med sampled)" \
     -v p="$(med preload)" -v a="$(med gpa)" 'BEGIN {
     printf "  glibc alone                        %7.3f\n", g
-    if (h > 0)
+    if (h > 0) {
         printf "  heaptrack (every stack)            %7.3f   %5.2fx  overhead %+6.0f%%\n", h, h / g, 100 * (h - g) / g
-    else
+        printf "  heaptrack, pinned to one core      %7.3f   %5.2fx  overhead %+6.0f%%\n", h1, h1 / g, 100 * (h1 - g) / g
+    } else
         printf "  heaptrack                          (not installed: apt-get install heaptrack)\n"
     printf "  crawl, every stack (CFI)           %7.3f   %5.2fx  overhead %+6.0f%%", c, c / g, 100 * (c - g) / g
-    if (h > 0) printf "   (%.2f of heaptrack'"'"'s overhead)", (c - g) / (h - g)
+    if (h > 0) printf "   (%.2f of heaptrack'"'"'s overhead, %.2f pinned)", (c - g) / (h - g), (c - g) / (h1 - g)
     printf "\n  crawl, every stack (frame pointers) %6.3f   %5.2fx  overhead %+6.0f%%\n", f, f / g, 100 * (f - g) / g
     printf "  crawl, sampled every 512 KiB       %7.3f   %5.2fx  overhead %+6.0f%%\n", s, s / g, 100 * (s - g) / g
     printf "  the preload recording nothing      %7.3f   %5.2fx  overhead %+6.0f%%\n", p, p / g, 100 * (p - g) / g

@@ -36,6 +36,7 @@ typedef struct crawl__thread {
      * thread's count is 0 (see stackwalk/modules.c). */
     atomic_uint walks;
     struct crawl__thread *reg_prev, *reg_next;   /* registry of attached threads */
+    void *walk_memo;                    /* stackwalk's, released by crawl__leave_hook */
 } crawl__thread;
 
 extern __thread crawl__thread crawl__tls __attribute__((tls_model("initial-exec")));
@@ -57,6 +58,9 @@ int crawl__ensure_attached(crawl__thread *th);
 /* Called on the thread at the end of each attach (normal context), when an
  * upper layer set it: the profiler starts the new thread's timer. */
 extern void (*crawl__attach_hook)(void);
+/* Called on the thread when it leaves the registry (it exits or detaches),
+ * when an upper layer set it: stackwalk releases the thread's walk memo. */
+extern void (*crawl__leave_hook)(crawl__thread *th);
 
 /* 1 if [addr, addr+size) lies on th's stack or on the signal stack the
  * thread is running on right now. Async-signal-safe. */

@@ -26,6 +26,7 @@ static pthread_once_t exit_key_once = PTHREAD_ONCE_INIT;
 #define PUBLISH(lvalue, value) __atomic_store_n(&(lvalue), (value), __ATOMIC_RELEASE)
 
 void (*crawl__attach_hook)(void);
+void (*crawl__leave_hook)(crawl__thread *th);
 
 static void registry_unlink(crawl__thread *th)
 {
@@ -58,6 +59,9 @@ void crawl__threads_foreach_locked(void (*fn)(crawl__thread *th, void *ctx), voi
 /* Leave the registry (under registry_lock), keeping the thread's counters. */
 static void leave_registry(crawl__thread *th)
 {
+    void (*hook)(crawl__thread *) = __atomic_load_n(&crawl__leave_hook, __ATOMIC_ACQUIRE);
+    if (hook)
+        hook(th);
     pthread_mutex_lock(&registry_lock);
     registry_unlink(th);
     for (int i = 0; i < CRAWL__THREAD_COUNTS; i++)

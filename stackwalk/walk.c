@@ -6,6 +6,8 @@
  * unwinding stops, the walk resumes from the next Frame that saved
  * registers (a transition Frame), so no Frame is ever dropped. */
 #include <stdatomic.h>
+#include <string.h>
+#include <sys/mman.h>
 
 #include "stackwalk/internal.h"
 
@@ -551,18 +553,81 @@ typedef struct quick_regs {
 
 enum { Q_FULL, Q_END, Q_MISS, Q_BAIL };
 
+/* The walk memo: a thread's last few quick walks, each frame's registers
+ * and the two stack words its step loaded (the return address, and the
+ * saved rbp when the rule restores it). A walk's steps are a function of
+ * the registers it starts from, those words and the rules of the pcs (the
+ * same for the same pc in one module snapshot, and quick walks use only
+ * rules of modules that are never unloaded). So a walk that starts from
+ * the ip and sp a memo starts from takes exactly the memo's frames for as
+ * long as each of those words still holds the value the memo saw (rbp is
+ * compared only where a rule reads it: elsewhere it is any callee-saved
+ * value, a loop counter of some caller, carried along): checking
+ * that is a few independent loads, where unwinding is a chain of dependent
+ * ones (the next return address is found only once the rule for this one
+ * is known). A loop that allocates from one place gets its stack for the
+ * price of reading it. */
+#define SW_MEMO_FRAMES 64
+#define SW_MEMOS 4
+
+typedef struct memo_frame {
+    uintptr_t ip, sp, fp;
+    uintptr_t ra_at, fp_at;             /* the words its step read (fp_at 0: none) */
+    uintptr_t cfa_fp;                   /* its rule's CFA is rbp-based: fp matters here */
+} memo_frame;
+
+typedef struct walk_memo {
+    const sw_snapshot *snap;            /* the snapshot its rules came from */
+    unsigned n;                         /* frames reached: f[0..n) */
+    unsigned end;                       /* f[n-1] is the outermost frame */
+    memo_frame f[SW_MEMO_FRAMES];
+} walk_memo;
+
+typedef struct walk_memos {
+    unsigned busy;                      /* a quick walk is using them (a handler's nests) */
+    unsigned next;                      /* the slot the next new walk writes */
+    walk_memo m[SW_MEMOS];
+} walk_memos;
+
+static void memo_release(crawl__thread *th)
+{
+    void *m = th->walk_memo;
+    th->walk_memo = NULL;
+    if (m)
+        munmap(m, sizeof(walk_memos));
+}
+
+/* The thread's memos, mapped on its first quick walk (never malloc: walks
+ * run inside malloc hooks), unmapped when it leaves. NULL if none. */
+static walk_memos *memos_of(crawl__thread *th)
+{
+    walk_memos *w = th->walk_memo;
+    if (__builtin_expect(w != NULL, 1))
+        return w;
+    w = mmap(NULL, sizeof *w, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (w == MAP_FAILED)
+        return NULL;
+    __atomic_store_n(&crawl__leave_hook, memo_release, __ATOMIC_RELEASE);
+    th->walk_memo = w;
+    return w;
+}
+
 /* The steps of a quick walk while the rule cache serves them: a leaf, so
  * the whole state stays in registers. Stores each frame's pc at *outp
- * until end. Q_FULL: end reached; Q_END: the outermost frame reached, and
- * stored; Q_MISS: the caller's rule is not cached (r->n* is that caller);
- * Q_BAIL: run_walk must decide this frame's step. Each step is batch_step's
- * precise one (the same rule, the same checks in the same order) minus what
- * cannot happen here (see quick_backtrace). */
-static __attribute__((noinline)) int quick_loop(quick_regs *r, const sw_cfi_slot *cache,
-                                                uintptr_t lo, uintptr_t span, uintptr_t **outp,
-                                                const uintptr_t *end)
+ * until end and, with rec, the frame's registers and loads at *recp.
+ * Q_FULL: end reached; Q_END: the outermost frame reached, and stored;
+ * Q_MISS: the caller's rule is not cached (r->n* is that caller, the frame
+ * is recorded); Q_BAIL: run_walk must decide this frame's step. Each step
+ * is batch_step's precise one (the same rule, the same checks in the same
+ * order) minus what cannot happen here (see quick_backtrace). */
+static inline __attribute__((always_inline)) int quick_steps(quick_regs *r,
+                                                             const sw_cfi_slot *cache,
+                                                             uintptr_t lo, uintptr_t span,
+                                                             uintptr_t **outp, const uintptr_t *end,
+                                                             memo_frame **recp, int rec)
 {
     uintptr_t ip = r->ip, sp = r->sp, fp = r->fp, *out = *outp;
+    memo_frame *at = rec ? *recp : NULL;
     uint64_t rule = r->rule;
     int st;
     for (;;) {
@@ -588,9 +653,9 @@ static __attribute__((noinline)) int quick_loop(quick_regs *r, const sw_cfi_slot
             st = Q_BAIL;
             break;
         }
-        uintptr_t nfp = fp;
+        uintptr_t nfp = fp, fp_at = 0;
         if (f & SW_RULE_FP_SAVED) {
-            uintptr_t fp_at = cfa + (uintptr_t)sw_rule_fp_off(rule);
+            fp_at = cfa + (uintptr_t)sw_rule_fp_off(rule);
             if (fp_at - lo > span - sizeof(uintptr_t)) {
                 st = Q_BAIL;
                 break;
@@ -601,6 +666,11 @@ static __attribute__((noinline)) int quick_loop(quick_regs *r, const sw_cfi_slot
         if (nip == 0) {
             st = Q_BAIL;
             break;
+        }
+        if (rec) {
+            at->ip = ip, at->sp = sp, at->fp = fp, at->ra_at = ra_at, at->fp_at = fp_at;
+            at->cfa_fp = f & SW_RULE_CFA_FP;
+            at++;
         }
         /* the caller's rule, as sw_rule_get (a rule found: the caller is code) */
         const sw_cfi_slot *slot = &cache[sw_rule_hash(nip - 1) >> (64 - SW_CFI_SLOT_BITS)];
@@ -620,48 +690,145 @@ static __attribute__((noinline)) int quick_loop(quick_regs *r, const sw_cfi_slot
     }
     r->ip = ip, r->sp = sp, r->fp = fp, r->rule = rule;
     *outp = out;
+    if (rec)
+        *recp = at;
     return st;
+}
+
+static __attribute__((noinline)) int quick_loop(quick_regs *r, const sw_cfi_slot *cache,
+                                                uintptr_t lo, uintptr_t span, uintptr_t **outp,
+                                                const uintptr_t *end)
+{
+    return quick_steps(r, cache, lo, span, outp, end, NULL, 0);
+}
+
+static __attribute__((noinline)) int quick_loop_rec(quick_regs *r, const sw_cfi_slot *cache,
+                                                    uintptr_t lo, uintptr_t span,
+                                                    uintptr_t **outp, const uintptr_t *end,
+                                                    memo_frame **recp)
+{
+    return quick_steps(r, cache, lo, span, outp, end, recp, 1);
+}
+
+/* Where a quick walk's pcs go: frame k (0 the first) at pcs[k - skip]. */
+typedef struct quick_out {
+    uintptr_t *pcs;
+    unsigned max, skip, k;
+    uintptr_t skipped[4];
+} quick_out;
+
+/* The buffer the loop stores frame k's pc into, and its end. */
+static inline void out_window(quick_out *o, uintptr_t **out, uintptr_t **end)
+{
+    if (o->k < o->skip)
+        *out = o->skipped + o->k, *end = o->skipped + o->skip;
+    else
+        *out = o->pcs + (o->k - o->skip), *end = o->pcs + o->max;
+}
+
+/* The memo that starts at r's registers, checked word by word: the frames
+ * it shows for as many steps as still hold go out, and r moves to the last
+ * of them. 1 when the walk is over (the memo reached the outermost frame,
+ * or max pcs). *from_memo: frames taken from it (f[0..*from_memo) stepped). */
+static int replay(const walk_memo *m, quick_regs *r, quick_out *o, unsigned *from_memo)
+{
+    unsigned v = 0;
+    uintptr_t fp = r->fp;                /* this walk's rbp at frame v */
+    for (;; v++) {
+        const memo_frame *f = &m->f[v];
+        if ((f->cfa_fp && fp != f->fp) || v + 1 == m->n || *(const uintptr_t *)f->ra_at != f[1].ip)
+            break;                       /* frame v is reached; its step is this walk's own */
+        if (f->fp_at)
+            fp = *(const uintptr_t *)f->fp_at;
+    }
+    /* f[0..v) stepped as before, f[v] is where this walk stands */
+    unsigned stop = o->skip + o->max;    /* frames k >= stop are past max */
+    for (unsigned k = 0; k < v && k < stop; k++)
+        if (k >= o->skip)
+            o->pcs[k - o->skip] = m->f[k].ip;
+    *from_memo = v;
+    if (v >= stop) {
+        o->k = stop;
+        return 1;
+    }
+    o->k = v;
+    r->ip = m->f[v].ip, r->sp = m->f[v].sp, r->fp = fp;
+    if (v + 1 == m->n && m->end) {
+        if (v >= o->skip)
+            o->pcs[v - o->skip] = m->f[v].ip;
+        o->k = v + 1;
+        return 1;
+    }
+    return 0;
 }
 
 /* A backtrace's common case, ahead of run_walk: a precise walk in normal
  * context of a thread with no Frame on its chain, no JIT code range
  * registered and no signal stack in the way ([lo, lo + span) is the whole
- * stack), through the rules of modules that are never unloaded. The first
- * step that needs anything else (an untrusted or "other" rule, a caller
- * that is not code, a check that fails) hands the walk to run_walk at that
- * frame, not yet reported, which then decides exactly as it would have.
- * The first skip frames (at most 4) are not stored. Returns 1 when the
- * walk is over (the stack's end, or max pcs stored), else 0 with r at the
- * frame to go on from and *skip_io what is left to skip. *n_out: pcs
- * stored. The heap profile's every stack is this loop: about 25
+ * stack), through the rules of modules that are never unloaded; from the
+ * walk memo where it applies. The first step that needs anything else (an
+ * untrusted or "other" rule, a caller that is not code, a check that
+ * fails) hands the walk to run_walk at that frame, not yet reported, which
+ * then decides exactly as it would have. The first skip frames (at most 4)
+ * are not stored. Returns 1 when the walk is over (the stack's end, or max
+ * pcs stored), else 0 with r at the frame to go on from, *skip_io what is
+ * left to skip and *n_out the pcs stored. The loop takes about 25
  * instructions a frame where run_walk's batch loop takes 140. */
-static int quick_backtrace(const sw_snapshot *snap, uintptr_t lo, uintptr_t span, int sparse,
-                           quick_regs *r, unsigned *skip_io, uintptr_t *pcs, unsigned max,
-                           unsigned *n_out, unsigned long *hits)
+static int quick_backtrace(const sw_snapshot *snap, walk_memos *memos, uintptr_t lo,
+                           uintptr_t span, int sparse, quick_regs *r, unsigned *skip_io,
+                           uintptr_t *pcs, unsigned max, unsigned *n_out, unsigned long *hits)
 {
-    uintptr_t skipped[4], *out, *end;
-    unsigned skip = *skip_io;
-    int skipping = skip != 0;
-    if (skipping)
-        out = skipped, end = skipped + (skip < 4 ? skip : 4);
-    else
-        out = pcs, end = pcs + max;
+    quick_out o;                         /* (no initializer: zeroing it cost a rep stos) */
+    o.pcs = pcs, o.max = max, o.skip = *skip_io, o.k = 0;
+    if (o.skip > 4)
+        return 0;                        /* (run_walk skips any number) */
+    walk_memo *w = NULL;                 /* the memo this walk writes */
+    int st = Q_BAIL, done = 0;
+    if (memos && o.skip + max < SW_MEMO_FRAMES) {
+        memos->busy = 1;
+        const walk_memo *m = NULL;
+        for (unsigned i = 0; i < SW_MEMOS; i++) {
+            const walk_memo *c = &memos->m[i];
+            if (c->n && c->snap == snap && c->f[0].ip == r->ip && c->f[0].sp == r->sp) {
+                m = c;
+                break;
+            }
+        }
+        unsigned kept = 0;
+        if (m) {
+            done = replay(m, r, &o, &kept);
+            if (done) {
+                st = Q_END;
+                goto out;
+            }
+        }
+        w = &memos->m[memos->next];
+        if (w == m)
+            w = &memos->m[(memos->next + 1) % SW_MEMOS];
+        memos->next = (unsigned)(w - memos->m + 1) % SW_MEMOS;
+        if (m)
+            memcpy(w->f, m->f, kept * sizeof w->f[0]);
+        w->snap = snap;
+        w->n = 0;                        /* not usable until complete */
+    }
     unsigned long served = 0;
     uintptr_t key = r->ip - 1;
     const sw_cfi_slot *slot = &snap->cache[sw_rule_hash(key) >> (64 - SW_CFI_SLOT_BITS)];
     r->rule = sw_rule_get_at(slot, key, &served);
     if (!r->rule)
         r->rule = sw_rule_lookup(snap, key, 0, sparse);
-    int st;
+    memo_frame *rec = w ? &w->f[o.k] : NULL;
     for (;;) {
+        uintptr_t *out, *end;
+        out_window(&o, &out, &end);
         uintptr_t *from = out;
-        st = quick_loop(r, snap->cache, lo, span, &out, end);
-        served += (unsigned long)(out - from) - (st == Q_END);
-        if (skipping && st == Q_FULL && skip <= 4) {
-            skipping = 0;                /* the frames to skip are behind */
-            out = pcs, end = pcs + max;
-            continue;
-        }
+        st = w ? quick_loop_rec(r, snap->cache, lo, span, &out, end, &rec)
+               : quick_loop(r, snap->cache, lo, span, &out, end);
+        unsigned stepped = (unsigned)(out - from) - (st == Q_END);
+        o.k += stepped;
+        served += stepped;
+        if (st == Q_FULL && o.k == o.skip && o.skip && o.skip <= 4)
+            continue;                    /* the frames to skip are behind */
         if (st != Q_MISS)
             break;
         uint64_t next = sw_rule_lookup(snap, r->nip - 1, 0, sparse);
@@ -669,20 +836,45 @@ static int quick_backtrace(const sw_snapshot *snap, uintptr_t lo, uintptr_t span
             st = Q_BAIL;                 /* not code: run_walk asks the loader */
             break;
         }
-        *out++ = r->ip;                  /* the step the loop could not finish */
+        out_window(&o, &out, &end);
+        *out = r->ip;                    /* the step the loop could not finish */
+        o.k++;
         r->ip = r->nip, r->sp = r->nsp, r->fp = r->nfp, r->rule = next;
     }
+    if (st == Q_END)
+        o.k++;                           /* the outermost frame, stored */
     *hits += served;
-    *skip_io = skipping ? skip - (unsigned)(out - skipped) : 0;
-    *n_out = skipping ? 0 : (unsigned)(out - pcs);
-    return st == Q_END || (st == Q_FULL && !skipping);
+    done = st == Q_END || (st == Q_FULL && o.k >= o.skip);
+    if (w) {
+        /* f[0..k) as the loop or the memo left them; the frame it stands at
+         * (the outermost one after Q_END) ends the memo */
+        unsigned last = st == Q_END ? o.k - 1 : o.k;
+        w->f[last] = (memo_frame){r->ip, r->sp, r->fp, 0, 0, 0};
+        w->end = st == Q_END;
+        w->n = last + 1;
+    }
+out:
+    if (memos)
+        memos->busy = 0;
+    *skip_io = o.k < o.skip ? o.skip - o.k : 0;
+    *n_out = o.k > o.skip ? o.k - o.skip : 0;
+    if (*n_out > max)
+        *n_out = max;
+    return done;
 }
 
 /* crawl_backtrace and sw_backtrace: quick_backtrace where it applies,
  * run_walk for the rest. */
 static unsigned backtrace_from(const crawl_regs *regs, uintptr_t *pcs, unsigned max, unsigned flags)
 {
-    quick_regs q = {.ip = regs->ip, .sp = regs->sp, .fp = regs->fp};
+    /* One load per register: crawl_capture_regs has just stored them one
+     * by one, and a wider load would wait for both stores to retire (the
+     * store could not be forwarded). */
+    quick_regs q;
+    q.ip = regs->ip;
+    __asm__("" : "+r"(q.ip));
+    q.sp = regs->sp;
+    q.fp = regs->fp;
     unsigned skip = 1, n = 0;
     crawl__thread *th = crawl__self();
     uintptr_t lo = th->stack_lo, span = th->stack_hi - th->stack_lo;
@@ -693,9 +885,11 @@ static unsigned backtrace_from(const crawl_regs *regs, uintptr_t *pcs, unsigned 
         const sw_snapshot *snap = held ? NULL : sw_snap_enter(th);
         int done = 0;
         if (snap) {
+            walk_memos *memos = memos_of(th);
             unsigned long hits = 0;
-            done = quick_backtrace(snap, lo, span, (flags & SW_WALK_SPARSE_CFI) != 0, &q, &skip,
-                                   pcs, max, &n, &hits);
+            done = quick_backtrace(snap, memos && !memos->busy ? memos : NULL, lo, span,
+                                   (flags & SW_WALK_SPARSE_CFI) != 0, &q, &skip, pcs, max, &n,
+                                   &hits);
             if (hits)
                 __atomic_store_n(&th->counts[SW_COUNT_CFI_HITS],
                                  th->counts[SW_COUNT_CFI_HITS] + hits, __ATOMIC_RELAXED);

@@ -257,6 +257,71 @@ static void test_random_chains(void **state)
     }
 }
 
+/* ---- the walk memo: a stack that is the same but for one word ------------------- */
+
+/* memo_from_x and memo_from_y have the same frame, at the same depth: the
+ * stacks below them are the same to the byte but for the return address
+ * into each, so a backtrace from memo_leaf starts from the same registers
+ * both times, and the memo of one must not answer for the other. */
+#ifdef __clang__
+#define NO_IPA __attribute__((noinline))
+#else
+#define NO_IPA __attribute__((noipa))    /* no clone per constant argument */
+#endif
+
+static uintptr_t memo_bt[2][64];
+static int memo_n[2];
+static frames memo_ref[2];
+
+NO_IPA static void memo_leaf(int which)
+{
+    memo_n[which] = crawl_backtrace(memo_bt[which], 60, 0);
+    memset(&memo_ref[which], 0, sizeof memo_ref[which]);
+    memo_ref[which].st = crawl_walk(keep, &memo_ref[which], CRAWL_WALK_NO_CFI_CACHE);
+    __asm__ volatile("" ::: "memory");
+}
+
+NO_IPA static void memo_mid(int which)
+{
+    memo_leaf(which);
+    __asm__ volatile("" ::: "memory");
+}
+
+NO_IPA static void memo_from_x(void)
+{
+    memo_mid(0);
+    __asm__ volatile("" ::: "memory");
+}
+
+NO_IPA static void memo_from_y(void)
+{
+    memo_mid(1);
+    __asm__ volatile("" ::: "memory");
+}
+
+static void test_memo_one_word_apart(void **state)
+{
+    (void)state;
+    for (int round = 0; round < 4; round++) {
+        if (round % 2)
+            memo_from_y(), memo_from_x();
+        else
+            memo_from_x(), memo_from_y();
+        for (int w = 0; w < 2; w++) {
+            assert_true(memo_ref[w].n > 4);
+            assert_int_equal(memo_n[w], (int)memo_ref[w].n);
+            for (unsigned i = 1; i < memo_ref[w].n; i++)
+                assert_int_equal(memo_bt[w][i], memo_ref[w].ip[i]);
+        }
+        /* the same registers below, a different caller above */
+        for (unsigned i = 0; i < 3; i++)
+            assert_int_equal(memo_ref[0].sp[i], memo_ref[1].sp[i]);
+        assert_int_equal(memo_ref[0].ip[1], memo_ref[1].ip[1]);
+        assert_true(memo_bt[0][3] != memo_bt[1][3]);
+        assert_int_equal(memo_bt[0][4], memo_bt[1][4]);   /* both called from this test */
+    }
+}
+
 /* ---- dlopen'ed code, unloaded and replaced ------------------------------------------ */
 
 static void test_dlopen_replaced(void **state)
@@ -408,6 +473,7 @@ int main(void)
         cmocka_unit_test(test_libffi),
         cmocka_unit_test(test_signal_frame),
         cmocka_unit_test(test_random_chains),
+        cmocka_unit_test(test_memo_one_word_apart),
         cmocka_unit_test(test_dlopen_replaced),
         cmocka_unit_test(test_signal_safe_walks),
         cmocka_unit_test(test_exited_threads_hits),
