@@ -7,8 +7,9 @@
 # this script compared against); crawl's
 # preload recording every allocation with its stack (CFI, the default);
 # the same with frame-pointer stacks; crawl sampling stacks every 512 KiB
-# (Go's MemProfileRate); the preload alone, recording nothing (the price of
-# interposing malloc at all); the same with GWP-ASan at its default rate.
+# (Go's MemProfileRate); the preload alone, recording nothing; the same
+# with GWP-ASan at its default rate; and a bare forwarding interposer
+# (bench/interpose_floor.c: the price of interposing malloc at all).
 # The heap profile rows run with GWP-ASan off (gpa_sample_rate=0), as
 # heaptrack has none: its cost is the last row's. Medians of the workload's
 # own wall time, and the overhead of each over glibc.
@@ -18,6 +19,7 @@ build=${1:-$(dirname "$0")/../build/dev}
 iters=${2:-10000000}
 work=$build/bench/bench_heap_work
 pre=$build/libcrawl-preload.so
+floor=$build/bench/libbench_interpose_floor.so
 . "$(dirname "$0")/common.sh"
 run() {   # label, command...
     label=$1; shift
@@ -40,6 +42,7 @@ for round in 1 2 3 4 5; do
         run sampled $pin "$work" "$iters"
     CRAWL_OPTIONS=gpa_sample_rate=0 LD_PRELOAD=$pre run preload $pin "$work" "$iters"
     LD_PRELOAD=$pre run gpa $pin "$work" "$iters"
+    LD_PRELOAD=$floor run floor $pin "$work" "$iters"
     rm -f "$tmp"/ht*
 done
 med() { sort -n "$tmp/$1" | sed -n 3p; }
@@ -48,7 +51,7 @@ h=$([ $have_heaptrack -eq 1 ] && med heaptrack || echo 0)
 h1=$([ $have_heaptrack -eq 1 ] && med heaptrack_1cpu || echo 0)
 echo "bench/heap_profile: $iters malloc/free pairs, seconds (median of 5; all but the first heaptrack row pinned to one core)"
 awk -v g="$g" -v h="$h" -v h1="$h1" -v c="$(med crawl)" -v f="$(med crawl_fast)" -v s="$(med sampled)" \
-    -v p="$(med preload)" -v a="$(med gpa)" 'BEGIN {
+    -v p="$(med preload)" -v a="$(med gpa)" -v fl="$(med floor)" 'BEGIN {
     printf "  glibc alone                        %7.3f\n", g
     if (h > 0) {
         printf "  heaptrack (every stack)            %7.3f   %5.2fx  overhead %+6.0f%%\n", h, h / g, 100 * (h - g) / g
@@ -60,4 +63,5 @@ awk -v g="$g" -v h="$h" -v h1="$h1" -v c="$(med crawl)" -v f="$(med crawl_fast)"
     printf "\n  crawl, every stack (frame pointers) %6.3f   %5.2fx  overhead %+6.0f%%\n", f, f / g, 100 * (f - g) / g
     printf "  crawl, sampled every 512 KiB       %7.3f   %5.2fx  overhead %+6.0f%%\n", s, s / g, 100 * (s - g) / g
     printf "  the preload recording nothing      %7.3f   %5.2fx  overhead %+6.0f%%\n", p, p / g, 100 * (p - g) / g
-    printf "  the same, GWP-ASan 1 in 5000       %7.3f   %5.2fx  overhead %+6.0f%%\n", a, a / g, 100 * (a - g) / g }'
+    printf "  the same, GWP-ASan 1 in 5000       %7.3f   %5.2fx  overhead %+6.0f%%\n", a, a / g, 100 * (a - g) / g
+    printf "  a bare forwarding interposer       %7.3f   %5.2fx  overhead %+6.0f%%   (the floor for any LD_PRELOAD)\n", fl, fl / g, 100 * (fl - g) / g }'
