@@ -41,18 +41,23 @@ static crawl_action add_frame(const crawl_cf *cf, void *ctx)
     return ++c->frames < c->max && c->n < CRAWL_DEPOT_MAX_FRAMES ? CRAWL_CONTINUE : CRAWL_ABORT;
 }
 
-unsigned san_capture_words(const crawl_regs *from, unsigned max, unsigned flags,
-                           uintptr_t *out, unsigned cap)
+/* san_capture_words; with t (the thread has no Frames), the walk memo that
+ * holds these words and the depot id kept with it. */
+static unsigned capture_words(const crawl_regs *from, unsigned max, unsigned flags,
+                              uintptr_t *out, unsigned cap, sw_memo_tag *t)
 {
     const crawl__thread *th = crawl__self();
     unsigned walk = (flags & (CRAWL_WALK_FAST | CRAWL_WALK_SIGNAL_SAFE)) | SW_WALK_SPARSE_CFI;
+    if (t)
+        t->memo = NULL, t->tag = 0;
     if (th->attached && !th->top) {
         /* no Frames on this thread: native pcs only, without a callback per
          * frame (the same words: a native frame is its pc). Only the first
          * may be anything (the walk reports where it starts); every other
          * is code in a module, below any tag bit. */
         unsigned want = max < 1 ? 1 : max > cap ? cap : max;
-        unsigned n = sw_backtrace(from, out, want, walk);
+        unsigned n = t ? sw_backtrace_tagged(from, out, want, walk, t)
+                       : sw_backtrace(from, out, want, walk);
         if (n)
             out[0] &= ~CRAWL_DEPOT_TAGS;
         return n;
@@ -64,6 +69,12 @@ unsigned san_capture_words(const crawl_regs *from, unsigned max, unsigned flags,
     unsigned n = c.n < cap ? c.n : cap;
     memcpy(out, c.words, n * sizeof *out);
     return n;
+}
+
+unsigned san_capture_words(const crawl_regs *from, unsigned max, unsigned flags,
+                           uintptr_t *out, unsigned cap)
+{
+    return capture_words(from, max, flags, out, cap, NULL);
 }
 
 uint32_t san_capture_uc(const ucontext_t *uc, unsigned max, unsigned flags)
@@ -78,11 +89,19 @@ uint32_t san_capture_uc(const ucontext_t *uc, unsigned max, unsigned flags)
     return c.n ? crawl_depot_put(c.words, c.n) : 0;
 }
 
+/* A stack the walk memo replayed whole has the depot id its first capture
+ * got, kept with the memo: no depot lookup then. */
 uint32_t san_capture_at(const crawl_regs *from, unsigned max, unsigned flags)
 {
     uintptr_t words[CRAWL_DEPOT_MAX_FRAMES];
-    unsigned n = san_capture_words(from, max, flags, words, CRAWL_DEPOT_MAX_FRAMES);
-    return n ? crawl_depot_put(words, n) : 0;
+    sw_memo_tag t;
+    unsigned n = capture_words(from, max, flags, words, CRAWL_DEPOT_MAX_FRAMES, &t);
+    if (t.tag)
+        return t.tag;
+    uint32_t id = n ? crawl_depot_put(words, n) : 0;
+    if (id)
+        sw_memo_set_tag(&t, id);
+    return id;
 }
 
 uint32_t crawl_depot_capture(unsigned max_frames, unsigned flags)

@@ -389,6 +389,22 @@ int sw_on_signal_run(int sig, void (*fn)(void *), void *arg);
 /* The pcs above the frame whose registers are regs (as sw_walk with skip 1
  * would report them), without a callback: at most max. */
 unsigned sw_backtrace(const crawl_regs *regs, uintptr_t *pcs, unsigned max, unsigned flags);
+
+/* A caller's word kept with the walk memo (walk.c) that describes one
+ * backtrace exactly: the sanitizer keeps the depot id of those pcs there,
+ * so a stack replayed whole from the memo skips the depot. */
+typedef struct sw_memo_tag {
+    void *memo;                         /* the memo, or NULL: nothing to keep */
+    unsigned long gen;                  /* its generation when the walk ended */
+    unsigned skip, max;                 /* the walk's: a tag is for these pcs only */
+    uint32_t tag;                       /* the word kept for these pcs, or 0 */
+} sw_memo_tag;
+/* sw_backtrace, and in *t the memo that holds exactly these pcs (if any)
+ * and the word kept with them (0 if none). */
+unsigned sw_backtrace_tagged(const crawl_regs *regs, uintptr_t *pcs, unsigned max, unsigned flags,
+                             sw_memo_tag *t);
+/* Keep tag with t's memo, if it still holds the same walk. */
+void sw_memo_set_tag(const sw_memo_tag *t, uint32_t tag);
 crawl_walk_status sw_walk(const crawl_regs *regs, unsigned exact, unsigned skip,
                           crawl_walk_fn fn, void *ctx, unsigned flags);
 void sw_regs_from_ucontext(crawl_regs *r, const ucontext_t *uc);

@@ -580,12 +580,16 @@ typedef struct walk_memo {
     const sw_snapshot *snap;            /* the snapshot its rules came from */
     unsigned n;                         /* frames reached: f[0..n) */
     unsigned end;                       /* f[n-1] is the outermost frame */
+    unsigned long gen;                  /* changes with every rewrite */
+    uint32_t tag;                       /* sw_memo_set_tag's word, for tag_skip/tag_max */
+    unsigned tag_skip, tag_max;
     memo_frame f[SW_MEMO_FRAMES];
 } walk_memo;
 
 typedef struct walk_memos {
     unsigned busy;                      /* a quick walk is using them (a handler's nests) */
     unsigned next;                      /* the slot the next new walk writes */
+    unsigned long gen;
     walk_memo m[SW_MEMOS];
 } walk_memos;
 
@@ -776,7 +780,8 @@ static int replay(const walk_memo *m, quick_regs *r, quick_out *o, unsigned *fro
  * instructions a frame where run_walk's batch loop takes 140. */
 static int quick_backtrace(const sw_snapshot *snap, walk_memos *memos, uintptr_t lo,
                            uintptr_t span, int sparse, quick_regs *r, unsigned *skip_io,
-                           uintptr_t *pcs, unsigned max, unsigned *n_out, unsigned long *hits)
+                           uintptr_t *pcs, unsigned max, unsigned *n_out, unsigned long *hits,
+                           sw_memo_tag *t)
 {
     quick_out o;                         /* (no initializer: zeroing it cost a rep stos) */
     o.pcs = pcs, o.max = max, o.skip = *skip_io, o.k = 0;
@@ -798,6 +803,11 @@ static int quick_backtrace(const sw_snapshot *snap, walk_memos *memos, uintptr_t
         if (m) {
             done = replay(m, r, &o, &kept);
             if (done) {
+                if (t && (m->end || o.k > o.skip + max - 1)) {
+                    /* the memo's pcs, all of them: its tag holds */
+                    t->memo = (void *)m, t->gen = m->gen, t->skip = o.skip, t->max = max;
+                    t->tag = m->tag_skip == o.skip && m->tag_max == max ? m->tag : 0;
+                }
                 st = Q_END;
                 goto out;
             }
@@ -810,6 +820,8 @@ static int quick_backtrace(const sw_snapshot *snap, walk_memos *memos, uintptr_t
             memcpy(w->f, m->f, kept * sizeof w->f[0]);
         w->snap = snap;
         w->n = 0;                        /* not usable until complete */
+        w->gen = ++memos->gen;
+        w->tag = 0, w->tag_skip = w->tag_max = 0;
     }
     unsigned long served = 0;
     uintptr_t key = r->ip - 1;
@@ -852,6 +864,8 @@ static int quick_backtrace(const sw_snapshot *snap, walk_memos *memos, uintptr_t
         w->f[last] = (memo_frame){r->ip, r->sp, r->fp, 0, 0, 0};
         w->end = st == Q_END;
         w->n = last + 1;
+        if (t && done)                   /* w holds this walk's pcs, all of them */
+            t->memo = w, t->gen = w->gen, t->skip = o.skip, t->max = max, t->tag = 0;
     }
 out:
     if (memos)
@@ -865,7 +879,8 @@ out:
 
 /* crawl_backtrace and sw_backtrace: quick_backtrace where it applies,
  * run_walk for the rest. */
-static unsigned backtrace_from(const crawl_regs *regs, uintptr_t *pcs, unsigned max, unsigned flags)
+static unsigned backtrace_from(const crawl_regs *regs, uintptr_t *pcs, unsigned max, unsigned flags,
+                               sw_memo_tag *t)
 {
     /* One load per register: crawl_capture_regs has just stored them one
      * by one, and a wider load would wait for both stores to retire (the
@@ -889,7 +904,7 @@ static unsigned backtrace_from(const crawl_regs *regs, uintptr_t *pcs, unsigned 
             unsigned long hits = 0;
             done = quick_backtrace(snap, memos && !memos->busy ? memos : NULL, lo, span,
                                    (flags & SW_WALK_SPARSE_CFI) != 0, &q, &skip, pcs, max, &n,
-                                   &hits);
+                                   &hits, t);
             if (hits)
                 __atomic_store_n(&th->counts[SW_COUNT_CFI_HITS],
                                  th->counts[SW_COUNT_CFI_HITS] + hits, __ATOMIC_RELAXED);
@@ -910,7 +925,23 @@ static unsigned backtrace_from(const crawl_regs *regs, uintptr_t *pcs, unsigned 
 
 unsigned sw_backtrace(const crawl_regs *regs, uintptr_t *pcs, unsigned max, unsigned flags)
 {
-    return max ? backtrace_from(regs, pcs, max, flags) : 0;
+    return max ? backtrace_from(regs, pcs, max, flags, NULL) : 0;
+}
+
+unsigned sw_backtrace_tagged(const crawl_regs *regs, uintptr_t *pcs, unsigned max, unsigned flags,
+                             sw_memo_tag *t)
+{
+    t->memo = NULL, t->gen = 0, t->tag = 0;
+    return max ? backtrace_from(regs, pcs, max, flags, t) : 0;
+}
+
+void sw_memo_set_tag(const sw_memo_tag *t, uint32_t tag)
+{
+    walk_memo *m = t->memo;
+    walk_memos *memos = crawl__self()->walk_memo;
+    /* (the thread's own memos, not being written by a nested walk) */
+    if (m && memos && !memos->busy && m->gen == t->gen)
+        m->tag = tag, m->tag_skip = t->skip, m->tag_max = t->max;
 }
 
 int crawl_backtrace(uintptr_t *pcs, int max, unsigned flags)
@@ -919,7 +950,7 @@ int crawl_backtrace(uintptr_t *pcs, int max, unsigned flags)
         return 0;
     crawl_regs r;
     crawl_capture_regs(&r);
-    unsigned n = backtrace_from(&r, pcs, (unsigned)max, flags & ~SW_WALK_SPARSE_CFI);
+    unsigned n = backtrace_from(&r, pcs, (unsigned)max, flags & ~SW_WALK_SPARSE_CFI, NULL);
     CRAWL__NO_TAIL(n);
     return (int)n;
 }

@@ -9,6 +9,13 @@
 #include <cmocka.h>
 
 #define NOINLINE __attribute__((noinline))
+/* Not inlined, cloned per constant argument or merged with a twin: a
+ * function whose frame a test needs exactly as written. */
+#ifdef __clang__
+#define NO_IPA __attribute__((noinline))
+#else
+#define NO_IPA __attribute__((noipa))
+#endif
 /* After a call whose frame must stay on the stack (a walk reads it): no
  * sibling call may replace this function's frame. */
 #define T_NO_TAIL() __asm__ volatile("" ::: "memory")

@@ -37,7 +37,9 @@
  * crawl_module_pin()); elsewhere the native part stops and resumes at the
  * next transition Frame. Printing and symbolizing are not signal-safe.
  * Allocation: a normal-context walk may allocate the first time it meets a
- * module (its rule table) or a change in the loaded modules.
+ * module (its rule table) or a change in the loaded modules; a thread's
+ * first normal-context crawl_backtrace maps its walk memo (12 KiB, by mmap,
+ * unmapped when the thread exits or detaches).
  */
 #ifndef CRAWL_STACKWALK_H
 #define CRAWL_STACKWALK_H
@@ -118,8 +120,11 @@ CRAWL_API crawl_walk_status crawl_walk_context(const ucontext_t *uc, crawl_walk_
  * at the next transition Frame, as in crawl_walk. Only CRAWL_WALK_FAST and
  * CRAWL_WALK_SIGNAL_SAFE are honoured. Returns the number of pcs stored
  * (at most max; 0 for NULL pcs or max <= 0). No per-frame callback: this is
- * the fastest way to capture a stack (bench/walk). Signal safety and
- * allocation as crawl_walk. */
+ * the fastest way to capture a stack (bench/walk). In normal context, on a
+ * thread with no Frame pushed, it remembers its last few stacks (up to 62
+ * pcs) and the words it read on the stack: a stack that starts where one of
+ * them starts is checked word by word instead of unwound again (the same
+ * pcs, a fraction of the time). Signal safety and allocation as crawl_walk. */
 CRAWL_API int crawl_backtrace(uintptr_t *pcs, int max, unsigned flags);
 
 /* Walk another attached thread of this process (tid as gettid() gives it):

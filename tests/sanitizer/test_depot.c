@@ -189,6 +189,83 @@ static void test_capture_mixed_stack(void **state)
     assert_non_null(strstr(out, "    #1 in handler app.script\n    #2 0x"));
 }
 
+/* ---- captures the walk memo replays ---------------------------------------------------- */
+
+/* depot_from_x and depot_from_y have the same frame at the same depth: the
+ * stacks below them differ in one word (the return address into each), so
+ * a capture in depot_leaf starts from the same registers both times. A
+ * replayed capture reuses the depot id kept with the walk memo: it must be
+ * the id of its own stack, for its own max. */
+
+static uint32_t memo_ids[2][2];          /* [caller][max 3, max 6] */
+
+NO_IPA static void depot_leaf(int which)
+{
+    for (volatile int m = 0; m < 2; m++)  /* one call site for both */
+        memo_ids[which][m] = crawl_depot_capture(m ? 6 : 3, 0);
+    __asm__ volatile("" ::: "memory");
+}
+
+NO_IPA static void depot_from_x(void)
+{
+    depot_leaf(0);
+    __asm__ volatile("" ::: "memory");
+}
+
+NO_IPA static void depot_from_y(void)
+{
+    depot_leaf(1);
+    __asm__ volatile("" ::: "memory");
+}
+
+static const char *function_at(uint32_t id, unsigned i)
+{
+    static char buf[512];
+    static crawl_symbol s;
+    const uintptr_t *w;
+    unsigned n = crawl_depot_get(id, &w);
+    if (i >= n || crawl_symbolize(w[i] - 1, &s, buf, sizeof buf) != 0)
+        return "?";
+    return s.function;
+}
+
+static void test_capture_memo_keeps_ids_apart(void **state)
+{
+    (void)state;
+    uint32_t first[2][2];
+    for (int round = 0; round < 6; round++) {
+        void (*order[2])(void) = {depot_from_x, depot_from_y};
+        if (round % 2)
+            order[0] = depot_from_y, order[1] = depot_from_x;
+        for (volatile int i = 0; i < 2; i++)  /* one call site: the stacks differ only above */
+            order[i]();
+        if (round == 0)
+            memcpy(first, memo_ids, sizeof first);
+        assert_memory_equal(first, memo_ids, sizeof first);   /* the same ids each time */
+    }
+    const uintptr_t *w;
+    for (int c = 0; c < 2; c++) {
+        assert_int_equal(crawl_depot_get(memo_ids[c][0], &w), 3);
+        assert_int_equal(crawl_depot_get(memo_ids[c][1], &w), 6);
+        assert_string_equal(function_at(memo_ids[c][1], 0), "depot_leaf");
+        assert_string_equal(function_at(memo_ids[c][1], 1), c ? "depot_from_y" : "depot_from_x");
+        assert_string_equal(function_at(memo_ids[c][0], 1), c ? "depot_from_y" : "depot_from_x");
+    }
+    assert_true(memo_ids[0][0] != memo_ids[1][0] && memo_ids[0][1] != memo_ids[1][1]);
+
+    /* one place, max in turn: each id has its own max's frames */
+    static const unsigned maxes[] = {6, 3, 5, 2, 6, 4, 3, 6, 2, 5};
+    uint32_t by_max[7] = {0};
+    for (int round = 0; round < 3; round++)
+        for (volatile unsigned i = 0; i < sizeof maxes / sizeof maxes[0]; i++) {
+            uint32_t id = crawl_depot_capture(maxes[i], 0);
+            assert_int_equal(crawl_depot_get(id, &w), maxes[i]);
+            if (!by_max[maxes[i]])
+                by_max[maxes[i]] = id;
+            assert_int_equal(id, by_max[maxes[i]]);
+        }
+}
+
 /* ---- the byte budget (last: it leaves the depot full) --------------------------------- */
 
 static void test_budget(void **state)
@@ -230,6 +307,7 @@ int main(void)
         cmocka_unit_test(test_put_alternating_lookalikes),
         cmocka_unit_test(test_ids_stable_under_threads),
         cmocka_unit_test(test_capture_mixed_stack),
+        cmocka_unit_test(test_capture_memo_keeps_ids_apart),
         cmocka_unit_test(test_budget),
     };
     return cmocka_run_group_tests_name("depot", tests, NULL, NULL);

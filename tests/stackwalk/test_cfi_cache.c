@@ -263,11 +263,6 @@ static void test_random_chains(void **state)
  * stacks below them are the same to the byte but for the return address
  * into each, so a backtrace from memo_leaf starts from the same registers
  * both times, and the memo of one must not answer for the other. */
-#ifdef __clang__
-#define NO_IPA __attribute__((noinline))
-#else
-#define NO_IPA __attribute__((noipa))    /* no clone per constant argument */
-#endif
 
 static uintptr_t memo_bt[2][64];
 static int memo_n[2];
