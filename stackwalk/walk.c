@@ -551,7 +551,7 @@ typedef struct quick_regs {
     uintptr_t nip, nsp, nfp;
 } quick_regs;
 
-enum { Q_FULL, Q_END, Q_MISS, Q_BAIL };
+enum { Q_FULL, Q_END, Q_MISS, Q_BAIL, Q_MEMO };
 
 /* The walk memo: a thread's last few quick walks, each frame's registers
  * and the two stack words its step loaded (the return address, and the
@@ -589,6 +589,7 @@ typedef struct walk_memo {
 typedef struct walk_memos {
     unsigned busy;                      /* a quick walk is using them (a handler's nests) */
     unsigned next;                      /* the slot the next new walk writes */
+    unsigned recent;                    /* the memo of the last walk */
     unsigned long gen;
     walk_memo m[SW_MEMOS];
 } walk_memos;
@@ -621,17 +622,23 @@ static walk_memos *memos_of(crawl__thread *th)
  * until end and, with rec, the frame's registers and loads at *recp.
  * Q_FULL: end reached; Q_END: the outermost frame reached, and stored;
  * Q_MISS: the caller's rule is not cached (r->n* is that caller, the frame
- * is recorded); Q_BAIL: run_walk must decide this frame's step. Each step
- * is batch_step's precise one (the same rule, the same checks in the same
+ * is recorded); Q_BAIL: run_walk must decide this frame's step; Q_MEMO:
+ * the caller (now r) is frame *jp of memo c, reached by a step (not its
+ * first frame), so the memo may answer from there. Each step is
+ * batch_step's precise one (the same rule, the same checks in the same
  * order) minus what cannot happen here (see quick_backtrace). */
 static inline __attribute__((always_inline)) int quick_steps(quick_regs *r,
                                                              const sw_cfi_slot *cache,
                                                              uintptr_t lo, uintptr_t span,
                                                              uintptr_t **outp, const uintptr_t *end,
-                                                             memo_frame **recp, int rec)
+                                                             memo_frame **recp, int rec,
+                                                             const walk_memo *c, unsigned *jp)
 {
     uintptr_t ip = r->ip, sp = r->sp, fp = r->fp, *out = *outp;
     memo_frame *at = rec ? *recp : NULL;
+    /* the memo's next frame at or above sp (frames lie in rising sp order) */
+    unsigned j = rec && c ? *jp : 0, cn = rec && c ? c->n : 0;
+    uintptr_t csp = j < cn ? c->f[j].sp : UINTPTR_MAX;
     uint64_t rule = r->rule;
     int st;
     for (;;) {
@@ -675,6 +682,16 @@ static inline __attribute__((always_inline)) int quick_steps(quick_regs *r,
             at->ip = ip, at->sp = sp, at->fp = fp, at->ra_at = ra_at, at->fp_at = fp_at;
             at->cfa_fp = f & SW_RULE_CFA_FP;
             at++;
+            while (csp < cfa) {
+                j++;
+                csp = j < cn ? c->f[j].sp : UINTPTR_MAX;
+            }
+            if (__builtin_expect(csp == cfa, 0) && j > 0 && c->f[j].ip == nip) {
+                *out++ = ip;             /* this step is made; the memo goes on from nip */
+                ip = nip, sp = cfa, fp = nfp;
+                st = Q_MEMO;
+                break;
+            }
         }
         /* the caller's rule, as sw_rule_get (a rule found: the caller is code) */
         const sw_cfi_slot *slot = &cache[sw_rule_hash(nip - 1) >> (64 - SW_CFI_SLOT_BITS)];
@@ -694,8 +711,10 @@ static inline __attribute__((always_inline)) int quick_steps(quick_regs *r,
     }
     r->ip = ip, r->sp = sp, r->fp = fp, r->rule = rule;
     *outp = out;
-    if (rec)
+    if (rec) {
         *recp = at;
+        *jp = j;
+    }
     return st;
 }
 
@@ -703,15 +722,16 @@ static __attribute__((noinline)) int quick_loop(quick_regs *r, const sw_cfi_slot
                                                 uintptr_t lo, uintptr_t span, uintptr_t **outp,
                                                 const uintptr_t *end)
 {
-    return quick_steps(r, cache, lo, span, outp, end, NULL, 0);
+    return quick_steps(r, cache, lo, span, outp, end, NULL, 0, NULL, NULL);
 }
 
 static __attribute__((noinline)) int quick_loop_rec(quick_regs *r, const sw_cfi_slot *cache,
                                                     uintptr_t lo, uintptr_t span,
                                                     uintptr_t **outp, const uintptr_t *end,
-                                                    memo_frame **recp)
+                                                    memo_frame **recp, const walk_memo *c,
+                                                    unsigned *jp)
 {
-    return quick_steps(r, cache, lo, span, outp, end, recp, 1);
+    return quick_steps(r, cache, lo, span, outp, end, recp, 1, c, jp);
 }
 
 /* Where a quick walk's pcs go: frame k (0 the first) at pcs[k - skip]. */
@@ -730,47 +750,55 @@ static inline void out_window(quick_out *o, uintptr_t **out, uintptr_t **end)
         *out = o->pcs + (o->k - o->skip), *end = o->pcs + o->max;
 }
 
-/* The memo that starts at r's registers, checked word by word: the frames
- * it shows for as many steps as still hold go out, and r moves to the last
- * of them. 1 when the walk is over (the memo reached the outermost frame,
- * or max pcs). *from_memo: frames taken from it (f[0..*from_memo) stepped). */
-static int replay(const walk_memo *m, quick_regs *r, quick_out *o, unsigned *from_memo)
+/* This walk stands at frame o->k with registers r, which are memo m's
+ * frame j (the same ip and sp). Checked word by word (and rbp where a rule
+ * reads it), m's frames from j go out, and into the memo being written at
+ * *recp, for as many steps as still hold; r moves to the last of them.
+ * Returns Q_END (the outermost frame reached, and stored), Q_FULL (max
+ * pcs), or Q_MEMO: go on unwinding from r. */
+static int replay(const walk_memo *m, unsigned j, quick_regs *r, quick_out *o, memo_frame **recp)
 {
-    unsigned v = 0;
+    unsigned stop = o->skip + o->max;    /* frames k >= stop are past max */
+    unsigned k = o->k, v = j;
     uintptr_t fp = r->fp;                /* this walk's rbp at frame v */
-    for (;; v++) {
+    memo_frame *rec = recp ? *recp : NULL;
+    for (;; v++, k++) {
         const memo_frame *f = &m->f[v];
-        if ((f->cfa_fp && fp != f->fp) || v + 1 == m->n || *(const uintptr_t *)f->ra_at != f[1].ip)
+        if ((f->cfa_fp && fp != f->fp) || v + 1 == m->n || k >= stop ||
+            *(const uintptr_t *)f->ra_at != f[1].ip)
             break;                       /* frame v is reached; its step is this walk's own */
+        if (k >= o->skip)
+            o->pcs[k - o->skip] = f->ip;
+        if (rec) {
+            *rec = *f;
+            rec->fp = fp;
+            rec++;
+        }
         if (f->fp_at)
             fp = *(const uintptr_t *)f->fp_at;
     }
-    /* f[0..v) stepped as before, f[v] is where this walk stands */
-    unsigned stop = o->skip + o->max;    /* frames k >= stop are past max */
-    for (unsigned k = 0; k < v && k < stop; k++)
-        if (k >= o->skip)
-            o->pcs[k - o->skip] = m->f[k].ip;
-    *from_memo = v;
-    if (v >= stop) {
-        o->k = stop;
-        return 1;
-    }
-    o->k = v;
+    if (recp)
+        *recp = rec;
     r->ip = m->f[v].ip, r->sp = m->f[v].sp, r->fp = fp;
+    o->k = k;
+    if (k >= stop)
+        return Q_FULL;
     if (v + 1 == m->n && m->end) {
-        if (v >= o->skip)
-            o->pcs[v - o->skip] = m->f[v].ip;
-        o->k = v + 1;
-        return 1;
+        if (k >= o->skip)
+            o->pcs[k - o->skip] = m->f[v].ip;
+        o->k = k + 1;
+        return Q_END;
     }
-    return 0;
+    return Q_MEMO;
 }
 
 /* A backtrace's common case, ahead of run_walk: a precise walk in normal
  * context of a thread with no Frame on its chain, no JIT code range
  * registered and no signal stack in the way ([lo, lo + span) is the whole
  * stack), through the rules of modules that are never unloaded; from the
- * walk memo where it applies. The first step that needs anything else (an
+ * walk memo where it applies (a memo that starts where this walk starts,
+ * or one whose frame this walk reaches: the memo of the last walk, or the
+ * one it started from). The first step that needs anything else (an
  * untrusted or "other" rule, a caller that is not code, a check that
  * fails) hands the walk to run_walk at that frame, not yet reported, which
  * then decides exactly as it would have. The first skip frames (at most 4)
@@ -788,59 +816,76 @@ static int quick_backtrace(const sw_snapshot *snap, walk_memos *memos, uintptr_t
     if (o.skip > 4)
         return 0;                        /* (run_walk skips any number) */
     walk_memo *w = NULL;                 /* the memo this walk writes */
-    int st = Q_BAIL, done = 0;
+    const walk_memo *c = NULL;           /* the memo whose frames it may reach */
+    int st = Q_BAIL;
     if (memos && o.skip + max < SW_MEMO_FRAMES) {
         memos->busy = 1;
         const walk_memo *m = NULL;
         for (unsigned i = 0; i < SW_MEMOS; i++) {
-            const walk_memo *c = &memos->m[i];
-            if (c->n && c->snap == snap && c->f[0].ip == r->ip && c->f[0].sp == r->sp) {
-                m = c;
+            const walk_memo *e = &memos->m[i];
+            if (e->n && e->snap == snap && e->f[0].ip == r->ip && e->f[0].sp == r->sp) {
+                m = e;
                 break;
             }
         }
-        unsigned kept = 0;
         if (m) {
-            done = replay(m, r, &o, &kept);
-            if (done) {
-                if (t && (m->end || o.k > o.skip + max - 1)) {
-                    /* the memo's pcs, all of them: its tag holds */
+            st = replay(m, 0, r, &o, NULL);
+            if (st != Q_MEMO) {
+                /* the memo's pcs, all of them: its tag holds */
+                if (t) {
                     t->memo = (void *)m, t->gen = m->gen, t->skip = o.skip, t->max = max;
                     t->tag = m->tag_skip == o.skip && m->tag_max == max ? m->tag : 0;
                 }
-                st = Q_END;
+                memos->recent = (unsigned)(m - memos->m);
                 goto out;
             }
+            c = m;                       /* the stacks parted: they may meet again */
+        } else {
+            const walk_memo *e = &memos->m[memos->recent];
+            c = e->n && e->snap == snap ? e : NULL;
         }
-        w = &memos->m[memos->next];
-        if (w == m)
-            w = &memos->m[(memos->next + 1) % SW_MEMOS];
-        memos->next = (unsigned)(w - memos->m + 1) % SW_MEMOS;
-        if (m)
-            memcpy(w->f, m->f, kept * sizeof w->f[0]);
+        unsigned slot = memos->next;
+        while (&memos->m[slot] == c)
+            slot = (slot + 1) % SW_MEMOS;
+        w = &memos->m[slot];
+        memos->next = (slot + 1) % SW_MEMOS;
+        if (m)                           /* the frames replayed (their rbp right where it counts) */
+            memcpy(w->f, m->f, o.k * sizeof w->f[0]);
         w->snap = snap;
         w->n = 0;                        /* not usable until complete */
         w->gen = ++memos->gen;
         w->tag = 0, w->tag_skip = w->tag_max = 0;
     }
     unsigned long served = 0;
-    uintptr_t key = r->ip - 1;
-    const sw_cfi_slot *slot = &snap->cache[sw_rule_hash(key) >> (64 - SW_CFI_SLOT_BITS)];
-    r->rule = sw_rule_get_at(slot, key, &served);
-    if (!r->rule)
-        r->rule = sw_rule_lookup(snap, key, 0, sparse);
     memo_frame *rec = w ? &w->f[o.k] : NULL;
+    unsigned cj = 0;                     /* c's next frame at or above sp */
+    int need_rule = 1;
     for (;;) {
+        if (need_rule) {
+            uintptr_t key = r->ip - 1;
+            const sw_cfi_slot *slot = &snap->cache[sw_rule_hash(key) >> (64 - SW_CFI_SLOT_BITS)];
+            r->rule = sw_rule_get_at(slot, key, &served);
+            if (!r->rule)
+                r->rule = sw_rule_lookup(snap, key, 0, sparse);
+            need_rule = 0;
+        }
         uintptr_t *out, *end;
         out_window(&o, &out, &end);
         uintptr_t *from = out;
-        st = w ? quick_loop_rec(r, snap->cache, lo, span, &out, end, &rec)
+        st = w ? quick_loop_rec(r, snap->cache, lo, span, &out, end, &rec, c, &cj)
                : quick_loop(r, snap->cache, lo, span, &out, end);
-        unsigned stepped = (unsigned)(out - from) - (st == Q_END);
+        unsigned stepped = (unsigned)(out - from);
         o.k += stepped;
-        served += stepped;
+        served += stepped - (st == Q_END);
         if (st == Q_FULL && o.k == o.skip && o.skip && o.skip <= 4)
             continue;                    /* the frames to skip are behind */
+        if (st == Q_MEMO) {
+            st = replay(c, cj, r, &o, &rec);
+            if (st != Q_MEMO)
+                break;
+            need_rule = 1;               /* (the memo went past frames whose rules it knew) */
+            continue;
+        }
         if (st != Q_MISS)
             break;
         uint64_t next = sw_rule_lookup(snap, r->nip - 1, 0, sparse);
@@ -853,18 +898,16 @@ static int quick_backtrace(const sw_snapshot *snap, walk_memos *memos, uintptr_t
         o.k++;
         r->ip = r->nip, r->sp = r->nsp, r->fp = r->nfp, r->rule = next;
     }
-    if (st == Q_END)
-        o.k++;                           /* the outermost frame, stored */
     *hits += served;
-    done = st == Q_END || (st == Q_FULL && o.k >= o.skip);
     if (w) {
-        /* f[0..k) as the loop or the memo left them; the frame it stands at
+        /* f[0..k) as the loop or the memos left them; the frame it stands at
          * (the outermost one after Q_END) ends the memo */
         unsigned last = st == Q_END ? o.k - 1 : o.k;
         w->f[last] = (memo_frame){r->ip, r->sp, r->fp, 0, 0, 0};
         w->end = st == Q_END;
         w->n = last + 1;
-        if (t && done)                   /* w holds this walk's pcs, all of them */
+        memos->recent = (unsigned)(w - memos->m);
+        if (t && (st == Q_END || st == Q_FULL))  /* w holds this walk's pcs, all of them */
             t->memo = w, t->gen = w->gen, t->skip = o.skip, t->max = max, t->tag = 0;
     }
 out:
@@ -874,7 +917,7 @@ out:
     *n_out = o.k > o.skip ? o.k - o.skip : 0;
     if (*n_out > max)
         *n_out = max;
-    return done;
+    return st == Q_END || (st == Q_FULL && o.k >= o.skip);
 }
 
 /* crawl_backtrace and sw_backtrace: quick_backtrace where it applies,

@@ -213,11 +213,13 @@ NOINLINE static void fp_big(unsigned depth);
 
 static unsigned rng;
 static step_fn choice[64];
+static void (*at_bottom)(void) = walk_both;
 
 NOINLINE static void bottom(unsigned depth)
 {
     (void)depth;
-    walk_both();
+    at_bottom();
+    __asm__ volatile("" ::: "memory");
 }
 
 step_fn cfi_pick(unsigned depth)
@@ -255,6 +257,51 @@ static void test_random_chains(void **state)
         snprintf(what, sizeof what, "random chain %d (depth %u)", chain, depth);
         expect_same(what);
     }
+}
+
+/* ---- the walk memo: stacks that share their outer part ---------------------------- */
+
+/* Chains that keep their outer levels and change only the innermost ones:
+ * a backtrace at the bottom reaches frames of the last walk's memo (the
+ * same pc at the same sp) and may take the rest from it, checked word by
+ * word. Each backtrace must be libunwind's walk. */
+static uintptr_t chain_bt[64];
+static int chain_n;
+
+NOINLINE static void backtrace_chain(void)
+{
+    memset(&plain, 0, sizeof plain);
+    plain.st = crawl_walk(keep, &plain, CRAWL_WALK_NO_CFI_CACHE);
+    chain_n = crawl_backtrace(chain_bt, 60, 0);
+    __asm__ volatile("" ::: "memory");
+}
+
+static void test_memo_shared_outer_frames(void **state)
+{
+    (void)state;
+    static const step_fn kinds[5] = {nofp_small, nofp_big, nofp_rbp_busy, fp_small, fp_big};
+    at_bottom = backtrace_chain;
+    rng = 77;
+    unsigned depth = 0;
+    for (int chain = 0; chain < 400; chain++) {
+        /* every 8th chain anew; the others change levels 1 to 3 only */
+        for (int i = 0; i < 64; i++) {
+            rng = rng * 1103515245u + 12345u;
+            if (chain % 8 == 0 || (i >= 1 && i <= 3 && (rng >> 12) % 2))
+                choice[i] = kinds[(rng >> 16) % 5];
+        }
+        if (chain % 8 == 0)
+            depth = 5 + (rng >> 8) % 35;
+        cfi_pick(depth + 1)(depth);
+        assert_true(plain.n > depth && plain.n <= 60);
+        if (chain_n != (int)plain.n)
+            fail_msg("chain %d: crawl_backtrace %d pcs, libunwind %u", chain, chain_n, plain.n);
+        for (unsigned i = 1; i < plain.n; i++)
+            if (chain_bt[i] != plain.ip[i])
+                fail_msg("chain %d (depth %u): pc %u is %#lx, libunwind's %#lx", chain, depth, i,
+                         (unsigned long)chain_bt[i], (unsigned long)plain.ip[i]);
+    }
+    at_bottom = walk_both;
 }
 
 /* ---- the walk memo: a stack that is the same but for one word ------------------- */
@@ -469,6 +516,7 @@ int main(void)
         cmocka_unit_test(test_signal_frame),
         cmocka_unit_test(test_random_chains),
         cmocka_unit_test(test_memo_one_word_apart),
+        cmocka_unit_test(test_memo_shared_outer_frames),
         cmocka_unit_test(test_dlopen_replaced),
         cmocka_unit_test(test_signal_safe_walks),
         cmocka_unit_test(test_exited_threads_hits),
