@@ -640,6 +640,8 @@ static inline __attribute__((always_inline)) int quick_steps(quick_regs *r,
     unsigned j = rec && c ? *jp : 0, cn = rec && c ? c->n : 0;
     uintptr_t csp = j < cn ? c->f[j].sp : UINTPTR_MAX;
     uint64_t rule = r->rule;
+    uintptr_t last_ip[2] = {0, 0};       /* 0: never a caller (the loop stops at nip 0) */
+    uint64_t last_rule[2] = {0, 0};
     int st;
     for (;;) {
         if (out == end) {
@@ -693,19 +695,30 @@ static inline __attribute__((always_inline)) int quick_steps(quick_regs *r,
                 break;
             }
         }
-        /* the caller's rule, as sw_rule_get (a rule found: the caller is code) */
-        const sw_cfi_slot *slot = &cache[sw_rule_hash(nip - 1) >> (64 - SW_CFI_SLOT_BITS)];
-        uint64_t next = 0;
-        if (atomic_load_explicit(&slot->key, memory_order_acquire) == nip - 1) {
-            next = atomic_load_explicit(&slot->rule, memory_order_acquire);
-            if (atomic_load_explicit(&slot->key, memory_order_relaxed) != nip - 1)
-                next = 0;
+        /* the caller's rule: the last two callers' again (recursion, or
+         * two functions in turn: no probe on the chain of loads), else as
+         * sw_rule_get (a rule found: the caller is code) */
+        uint64_t next;
+        if (nip == last_ip[0]) {
+            next = last_rule[0];
+        } else if (nip == last_ip[1]) {
+            next = last_rule[1];
+        } else {
+            const sw_cfi_slot *slot = &cache[sw_rule_hash(nip - 1) >> (64 - SW_CFI_SLOT_BITS)];
+            next = 0;
+            if (atomic_load_explicit(&slot->key, memory_order_acquire) == nip - 1) {
+                next = atomic_load_explicit(&slot->rule, memory_order_acquire);
+                if (atomic_load_explicit(&slot->key, memory_order_relaxed) != nip - 1)
+                    next = 0;
+            }
+            if (!next) {
+                r->nip = nip, r->nsp = cfa, r->nfp = nfp;
+                st = Q_MISS;
+                break;
+            }
         }
-        if (!next) {
-            r->nip = nip, r->nsp = cfa, r->nfp = nfp;
-            st = Q_MISS;
-            break;
-        }
+        last_ip[1] = last_ip[0], last_rule[1] = last_rule[0];
+        last_ip[0] = nip, last_rule[0] = next;
         *out++ = ip;
         ip = nip, sp = cfa, fp = nfp, rule = next;
     }
