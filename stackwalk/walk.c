@@ -805,8 +805,9 @@ static int replay(const walk_memo *m, unsigned j, quick_regs *r, quick_out *o, m
     return Q_MEMO;
 }
 
-/* A backtrace's common case, ahead of run_walk: a precise walk in normal
- * context of a thread with no Frame on its chain, no JIT code range
+/* A backtrace's common case, ahead of run_walk: a precise walk (in normal
+ * context, or signal-safe: then without the memo, and with only the rules
+ * compiled ahead) of a thread with no Frame on its chain, no JIT code range
  * registered and no signal stack in the way ([lo, lo + span) is the whole
  * stack), through the rules of modules that are never unloaded; from the
  * walk memo where it applies (a memo that starts where this walk starts,
@@ -820,7 +821,8 @@ static int replay(const walk_memo *m, unsigned j, quick_regs *r, quick_out *o, m
  * left to skip and *n_out the pcs stored. The loop takes about 25
  * instructions a frame where run_walk's batch loop takes 140. */
 static int quick_backtrace(const sw_snapshot *snap, walk_memos *memos, uintptr_t lo,
-                           uintptr_t span, int sparse, quick_regs *r, unsigned *skip_io,
+                           uintptr_t span, int signal_safe, int sparse, quick_regs *r,
+                           unsigned *skip_io,
                            uintptr_t *pcs, unsigned max, unsigned *n_out, unsigned long *hits,
                            sw_memo_tag *t)
 {
@@ -879,7 +881,7 @@ static int quick_backtrace(const sw_snapshot *snap, walk_memos *memos, uintptr_t
             const sw_cfi_slot *slot = &snap->cache[sw_rule_hash(key) >> (64 - SW_CFI_SLOT_BITS)];
             r->rule = sw_rule_get_at(slot, key, &served);
             if (!r->rule)
-                r->rule = sw_rule_lookup(snap, key, 0, sparse);
+                r->rule = sw_rule_lookup(snap, key, signal_safe, sparse);
             need_rule = 0;
         }
         uintptr_t *out, *end;
@@ -901,7 +903,7 @@ static int quick_backtrace(const sw_snapshot *snap, walk_memos *memos, uintptr_t
         }
         if (st != Q_MISS)
             break;
-        uint64_t next = sw_rule_lookup(snap, r->nip - 1, 0, sparse);
+        uint64_t next = sw_rule_lookup(snap, r->nip - 1, signal_safe, sparse);
         if (!next) {
             st = Q_BAIL;                 /* not code: run_walk asks the loader */
             break;
@@ -950,15 +952,17 @@ static unsigned backtrace_from(const crawl_regs *regs, uintptr_t *pcs, unsigned 
     crawl__thread *th = crawl__self();
     uintptr_t lo = th->stack_lo, span = th->stack_hi - th->stack_lo;
     uintptr_t here = (uintptr_t)__builtin_frame_address(0);
-    if (!(flags & (CRAWL_WALK_FAST | CRAWL_WALK_SIGNAL_SAFE)) && th->attached && !th->top &&
-        regs->sp - lo < span && here - lo < span) {
+    if (!(flags & CRAWL_WALK_FAST) && th->attached && !th->top && regs->sp - lo < span &&
+        here - lo < span) {
         const sw_range_table *held = sw_ranges_enter();
         const sw_snapshot *snap = held ? NULL : sw_snap_enter(th);
         int done = 0;
         if (snap) {
-            walk_memos *memos = memos_of(th);
+            /* (signal-safe: no memo; its first use maps it) */
+            int safe = (flags & CRAWL_WALK_SIGNAL_SAFE) != 0;
+            walk_memos *memos = safe ? NULL : memos_of(th);
             unsigned long hits = 0;
-            done = quick_backtrace(snap, memos && !memos->busy ? memos : NULL, lo, span,
+            done = quick_backtrace(snap, memos && !memos->busy ? memos : NULL, lo, span, safe,
                                    (flags & SW_WALK_SPARSE_CFI) != 0, &q, &skip, pcs, max, &n,
                                    &hits, t);
             if (hits)

@@ -395,6 +395,20 @@ static void test_dlopen_replaced(void **state)
  * handler it raised itself. */
 static unsigned long fb_signal_safe;     /* libunwind steps during the signal-safe walk */
 
+static uintptr_t ss_bt[256];              /* crawl_backtrace, signal-safe, of the same stack */
+static int ss_bt_n;
+
+/* The signal-safe backtrace is the signal-safe walk's natives. */
+static void expect_ss_backtrace(const char *what)
+{
+    int same = ss_bt_n == (int)cached.n;
+    for (unsigned i = 1; same && i < cached.n; i++)
+        same = ss_bt[i] == cached.ip[i];
+    if (!same)
+        fail_msg("%s: the signal-safe crawl_backtrace (%d pcs) differs from the signal-safe "
+                 "walk (%u frames)", what, ss_bt_n, cached.n);
+}
+
 NOINLINE static void walk_both_signal_safe(void)
 {
     memset(&cached, 0, sizeof cached);
@@ -404,6 +418,7 @@ NOINLINE static void walk_both_signal_safe(void)
     cached.st = crawl_walk(keep, &cached, CRAWL_WALK_SIGNAL_SAFE);
     crawl_cfi_cache_stats(NULL, NULL, &fb1);
     fb_signal_safe = fb1 - fb0;
+    ss_bt_n = crawl_backtrace(ss_bt, 256, CRAWL_WALK_SIGNAL_SAFE);
     plain.st = crawl_walk(keep, &plain, CRAWL_WALK_NO_CFI_CACHE);
     backtrace_all();
     __asm__ volatile("" ::: "memory");
@@ -435,6 +450,7 @@ static void test_signal_safe_walks(void **state)
     raise(SIGUSR2);
     crawl_cfi_cache_stats(&hits1, NULL, NULL);
     expect_same("signal-safe walk in a handler");
+    expect_ss_backtrace("a handler");
     assert_int_equal(fb_signal_safe, 0);
     raise(SIGUSR2);
     crawl_cfi_cache_stats(&hits1, NULL, NULL);
@@ -448,6 +464,7 @@ static void test_signal_safe_walks(void **state)
     void (*call)(void (*)(void)) = (void (*)(void (*)(void)))dlsym(h, "plugin_call");
     call(walk_both);                      /* a normal walk sees the module (and compiles it) */
     call(plugin_target);
+    expect_ss_backtrace("a handler through an unpinned plugin");
     assert_int_equal(cached.st, CRAWL_WALK_DONE);
     assert_int_equal(fb_signal_safe, 0);
     assert_true(cached.n > 3 && cached.n < plain.n);
@@ -466,6 +483,7 @@ static void test_signal_safe_walks(void **state)
     call(walk_both);                      /* compiles nothing new: the rules stay */
     call(plugin_target);
     expect_same("signal-safe walk through a pinned plugin");
+    expect_ss_backtrace("a handler through a pinned plugin");
     assert_int_equal(fb_signal_safe, 0);
     dlclose(h);                           /* stays mapped */
     assert_true(dladdr((void *)call, &info) && info.dli_fname);
