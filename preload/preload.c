@@ -143,25 +143,35 @@ static inline __attribute__((always_inline)) void *recorded(void *p, size_t n, c
 static inline __attribute__((always_inline)) void forget(void *p) { crawl_heap_profile_on_free(p); }
 
 /* The common case, decided before glibc is called so that the call is a
- * tail call (no frame of the preload's own): the pool's countdown is
- * running and not at its end, and the heap profile records nothing for
- * this allocation (not recording, or sampling by bytes with this one short
- * of the next sample). 1 then, with both countdowns taken down; 0 leaves
- * them as they were, for alloc_slow() to decide. */
+ * tail call (no frame of the preload's own): as crawl__hook_kind says,
+ * nothing to do, or the pool's countdown, or the heap profile's byte
+ * countdown, or both, running and not at their end. 1 then, with the
+ * countdowns taken down; 0 leaves them as they were, for alloc_slow() to
+ * decide. The sampled heap profile's case comes first. */
 static inline __attribute__((always_inline)) int plain_alloc(size_t n)
 {
-    uint32_t next = crawl__gpa_next;
-    if (__builtin_expect(next <= 1, 0))
-        return 0;
-    int mode = crawl__hp.mode;
-    if (__builtin_expect(mode != 0, 0)) {
-        long left = crawl__hp_countdown - (long)(n ? n : 1);
-        if (mode != 2 || left <= 0)
+    int kind = __atomic_load_n(&crawl__hook_kind, __ATOMIC_RELAXED);
+    if (kind == CRAWL__HOOK_SAMPLED) {
+        long left = crawl__hp_countdown - (long)n - 1;
+        if (__builtin_expect(left <= 0, 0))
             return 0;
         crawl__hp_countdown = left;
+        return 1;
     }
-    crawl__gpa_next = next - 1;
-    return 1;
+    if (kind == CRAWL__HOOK_GPA || kind == CRAWL__HOOK_BOTH) {
+        uint32_t next = crawl__gpa_next;
+        if (__builtin_expect(next <= 1, 0))
+            return 0;
+        if (kind == CRAWL__HOOK_BOTH) {
+            long left = crawl__hp_countdown - (long)n - 1;
+            if (__builtin_expect(left <= 0, 0))
+                return 0;
+            crawl__hp_countdown = left;
+        }
+        crawl__gpa_next = next - 1;
+        return 1;
+    }
+    return kind == CRAWL__HOOK_PLAIN;
 }
 
 /* Everything but the common case, out of line: the entry points' fast
@@ -189,24 +199,23 @@ __attribute__((noinline)) static void *alloc_slow(size_t n, const void *caller)
     return p;
 }
 
-/* Inlined into each entry point: stacks start at malloc, new, strdup... */
-static inline __attribute__((always_inline)) void *alloc(size_t n, const void *caller)
+/* alloc_slow through the entry point's own frame (never a tail call): the
+ * stack starts there. */
+__attribute__((always_inline)) static inline void *alloc_slow_kept(size_t n, const void *caller)
 {
-    if (__builtin_expect(plain_alloc(n), 1))
-        return real_malloc(n);           /* a tail call where the entry point allows */
     void *p = alloc_slow(n, caller);
-    NO_TAIL(p);                          /* keep the entry point's frame: the stack starts there */
+    NO_TAIL(p);
     return p;
 }
 
-EXPORT void *malloc(size_t n) { return alloc(n, __builtin_return_address(0)); }
+/* Expanded into each entry point: stacks start at malloc, new, strdup...
+ * The caller's address is taken in the slow branch only, so the fast path
+ * needs no frame (the compiler makes it in that branch) and its call to
+ * glibc is a tail call where the entry point allows. n is evaluated twice. */
+#define ALLOC(n, caller)                                                                       \
+    (__builtin_expect(plain_alloc(n), 1) ? real_malloc(n) : alloc_slow_kept((n), (caller)))
 
-/* A free that is glibc's alone: not the pool's, and not a pointer the
- * free filter has (a chunk the heap profile holds, a bootstrap block). */
-static inline __attribute__((always_inline)) int plain_free(const void *p)
-{
-    return !crawl_gpa_owns_inline(p) && !crawl__hp_filter_has(p);
-}
+EXPORT void *malloc(size_t n) { return ALLOC(n, __builtin_return_address(0)); }
 
 __attribute__((noinline)) static void free_slow(void *p)
 {
@@ -220,12 +229,16 @@ __attribute__((noinline)) static void free_slow(void *p)
     real_free(p);                        /* (a resolver until glibc's is known) */
 }
 
+/* glibc's free unless p is the pool's or the free filter has it (a chunk
+ * the heap profile holds, a bootstrap block): two tests, each branching
+ * off to free_slow, so that glibc is reached without a taken branch. */
 EXPORT void free(void *p)
 {
-    if (__builtin_expect(plain_free(p), 1))
-        real_free(p);
-    else
-        free_slow(p);
+    if (__builtin_expect(crawl_gpa_owns_inline(p), 0))
+        return free_slow(p);
+    if (__builtin_expect(crawl__hp_filter_has(p), 0))
+        return free_slow(p);
+    real_free(p);
 }
 
 EXPORT void *calloc(size_t n, size_t size)
@@ -265,7 +278,7 @@ EXPORT void *realloc(void *p, size_t n)
 {
     const void *caller = __builtin_return_address(0);
     if (!p)
-        return alloc(n, caller);
+        return ALLOC(n, caller);
     if (from_boot(p) || crawl_gpa_owns_inline(p)) {
         /* move it: into a new allocation (which may be sampled again) */
         size_t old = from_boot(p) ? n : crawl_gpa_size(p);
@@ -273,7 +286,7 @@ EXPORT void *realloc(void *p, size_t n)
             free(p);
             return NULL;
         }
-        void *q = alloc(n, caller);
+        void *q = ALLOC(n, caller);
         if (q)
             memcpy(q, p, old < n ? old : n);
         if (q && !from_boot(p)) {
@@ -338,14 +351,14 @@ EXPORT void *pvalloc(size_t n)
 EXPORT char *strdup(const char *s)
 {
     size_t n = strlen(s) + 1;
-    char *d = alloc(n, __builtin_return_address(0));
+    char *d = ALLOC(n, __builtin_return_address(0));
     return d ? memcpy(d, s, n) : NULL;
 }
 
 EXPORT char *strndup(const char *s, size_t max)
 {
     size_t n = strnlen(s, max);
-    char *d = alloc(n + 1, __builtin_return_address(0));
+    char *d = ALLOC(n + 1, __builtin_return_address(0));
     if (!d)
         return NULL;
     memcpy(d, s, n);
@@ -419,10 +432,10 @@ static void *must(void *p)
 }
 
 #define CALLER __builtin_return_address(0)
-EXPORT void *_Znwm(size_t n) { return must(alloc(n ? n : 1, CALLER)); }
-EXPORT void *_Znam(size_t n) { return must(alloc(n ? n : 1, CALLER)); }
-EXPORT void *_ZnwmRKSt9nothrow_t(size_t n, const void *t) { (void)t; return alloc(n ? n : 1, CALLER); }
-EXPORT void *_ZnamRKSt9nothrow_t(size_t n, const void *t) { (void)t; return alloc(n ? n : 1, CALLER); }
+EXPORT void *_Znwm(size_t n) { return must(ALLOC(n ? n : 1, CALLER)); }
+EXPORT void *_Znam(size_t n) { return must(ALLOC(n ? n : 1, CALLER)); }
+EXPORT void *_ZnwmRKSt9nothrow_t(size_t n, const void *t) { (void)t; return ALLOC(n ? n : 1, CALLER); }
+EXPORT void *_ZnamRKSt9nothrow_t(size_t n, const void *t) { (void)t; return ALLOC(n ? n : 1, CALLER); }
 EXPORT void *_ZnwmSt11align_val_t(size_t n, size_t a) { return must(aligned(a, n ? n : 1, CALLER)); }
 EXPORT void *_ZnamSt11align_val_t(size_t n, size_t a) { return must(aligned(a, n ? n : 1, CALLER)); }
 EXPORT void *_ZnwmSt11align_val_tRKSt9nothrow_t(size_t n, size_t a, const void *t)

@@ -186,6 +186,7 @@ static void make_pool(void)
     mprotect((void *)arena_lo, ARENA_BYTES, PROT_READ | PROT_WRITE);   /* NORESERVE: costs what reports touch */
     crawl__gpa_bounds.lo = pool.base;   /* lo first: a reader that loads span first sees it */
     __atomic_store_n(&crawl__gpa_bounds.span, pool.end - pool.base, __ATOMIC_RELEASE);
+    san_hook_kind_update();
     pool.page = page;
     pool.n = n;
     pool.slot = meta;

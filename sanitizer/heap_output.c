@@ -292,13 +292,13 @@ static int in_view(const hp_snap *s, const hp_entry *e)
 }
 
 /* An entry's weight: 1 object of its size, or for a byte sample the
- * objects and bytes it stands for (size / (1 - e^(-size/N))). */
+ * objects and bytes it stands for (size / (1 - e^(-(size + 1)/N))). */
 static double weight(const hp_snap *s, const hp_entry *e)
 {
     if (!s->sample_bytes || (e->flags & HP_MMAP))
         return 1;
-    double sz = e->size ? (double)e->size : 1;
-    return 1 / (1 - exp(-sz / (double)s->sample_bytes));
+    /* (the countdown counts an allocation's size plus one) */
+    return 1 / (1 - exp(-((double)e->size + 1) / (double)s->sample_bytes));
 }
 
 int ho_build(ho_profile *p, const hp_snap *s)

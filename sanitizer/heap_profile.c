@@ -23,12 +23,14 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <crawl/guarded.h>
 #include <crawl/heap_profile.h>
 
 #include "sanitizer/heap_profile_internal.h"
 
 CRAWL_API struct crawl__hp_fast crawl__hp;
 CRAWL_API __thread long crawl__hp_countdown __attribute__((tls_model("initial-exec")));
+CRAWL_API int crawl__hook_kind;          /* CRAWL__HOOK_GPA (0) until the options are read */
 
 typedef struct shard {
     atomic_int lock;                    /* shard_lock */
@@ -302,7 +304,7 @@ void crawl_heap_profile_alloc(const void *p, size_t size, uintptr_t caller)
     if (!caller)
         caller = (uintptr_t)__builtin_return_address(0);
     int sample = crawl__hp.sampled;
-    if (sample && ((crawl__hp_countdown -= (long)(size ? size : 1)) > 0 || !take_sample()))
+    if (sample && ((crawl__hp_countdown -= (long)size + 1) > 0 || !take_sample()))
         return;
     crawl_regs here;
     crawl_capture_regs(&here);
@@ -324,6 +326,7 @@ int crawl_heap_profile_start(void)
     __atomic_store_n(&crawl__hp.mmap, san_opts()->heap_profile_mmap != 0, __ATOMIC_RELAXED);
     __atomic_store_n(&crawl__hp.on, 1, __ATOMIC_RELEASE);
     __atomic_store_n(&crawl__hp.mode, n != 0 ? 2 : 1, __ATOMIC_RELEASE);
+    san_hook_kind_update();
     return 0;
 }
 
@@ -332,6 +335,35 @@ void crawl_heap_profile_stop(void)
     __atomic_store_n(&crawl__hp.mode, 0, __ATOMIC_RELEASE);
     if (__atomic_load_n(&crawl__hp.on, __ATOMIC_RELAXED))
         __atomic_store_n(&crawl__hp.on, 2, __ATOMIC_RELEASE);
+    san_hook_kind_update();
+}
+
+/* ---- what the preload's malloc does (crawl__hook_kind) ---------------------------------- */
+
+static int hook_kind_now(void)
+{
+    int mode = __atomic_load_n(&crawl__hp.mode, __ATOMIC_ACQUIRE);
+    /* the pool, once made, stays: its reports need its countdown */
+    int gpa = san_gpa_rate_now() != 0 ||
+              __atomic_load_n(&crawl__gpa_bounds.span, __ATOMIC_ACQUIRE) != 0;
+    if (mode == 1)
+        return CRAWL__HOOK_SLOW;
+    if (mode == 2)
+        return gpa ? CRAWL__HOOK_BOTH : CRAWL__HOOK_SAMPLED;
+    return gpa ? CRAWL__HOOK_GPA : CRAWL__HOOK_PLAIN;
+}
+
+/* After a change of what it depends on. Lock-free (stop calls it from
+ * signal handlers): whoever stores last looks again after its store, so
+ * the kind left is the one the last state asks for. */
+void san_hook_kind_update(void)
+{
+    for (;;) {
+        int k = hook_kind_now();
+        __atomic_store_n(&crawl__hook_kind, k, __ATOMIC_RELEASE);
+        if (hook_kind_now() == k)
+            return;
+    }
 }
 
 /* ---- reading the table ----------------------------------------------------------------- */

@@ -20,6 +20,11 @@ typedef struct san_options {
 } san_options;
 
 const san_options *san_opts(void);     /* initialized on first use */
+/* gpa_sample_rate as the options are now, read or not yet (no init). */
+unsigned san_gpa_rate_now(void);
+/* Set crawl__hook_kind from the heap profile's mode, the options and the
+ * pool. Lock-free, async-signal-safe. */
+void san_hook_kind_update(void);
 
 /* depot.c */
 void san_depot_set_budget(size_t bytes);

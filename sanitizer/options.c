@@ -219,13 +219,20 @@ static int apply(const char *s)
         crawl_perf_map(o.perf_map);      /* stackwalk's own switch */
     if (rc == 0 && help)
         print_help();
-    if (rc == 0)
+    if (rc == 0) {
+        san_hook_kind_update();          /* (not through san_opts: init calls this) */
         for (int i = 0; i < MAX_LISTENERS; i++) {
             void (*fn)(void) = atomic_load(&listeners[i]);
             if (fn)
                 fn();
         }
+    }
     return rc;
+}
+
+unsigned san_gpa_rate_now(void)
+{
+    return atomic_load_explicit(&current, memory_order_acquire)->o.gpa_sample_rate;
 }
 
 void san_options_fork(int lock)

@@ -52,7 +52,8 @@ extern "C" {
  * it (255: stuck there); bits has a bit per hash, set while its count is
  * not 0, so that a free of memory never recorded costs one load from 2 KiB
  * that stay in the L1 cache. crawl__hp_countdown is the thread's bytes to
- * its next sample. */
+ * its next sample (an allocation of n bytes counts n + 1: one of 0 bytes
+ * can be sampled too). */
 CRAWL_API extern struct crawl__hp_fast {
     int on, sampled;
     unsigned char counts[1 << 14];      /* (where 0.1's inline hooks read it) */
@@ -60,6 +61,14 @@ CRAWL_API extern struct crawl__hp_fast {
     uint64_t bits[(1 << 14) / 64];
 } crawl__hp __attribute__((aligned(64)));
 CRAWL_API extern __thread long crawl__hp_countdown __attribute__((tls_model("initial-exec")));
+/* What libcrawl-preload.so's malloc does before it calls glibc's, in one
+ * load, kept by crawl as the heap profile starts and stops, the options
+ * change and the guarded pool is made: PLAIN nothing (not recording, no
+ * pool), GPA count down to the pool's next sample, SAMPLED count down the
+ * bytes to the heap profile's next sample (no pool), BOTH both, SLOW go to
+ * the slow path (recording every allocation). Not API. */
+enum { CRAWL__HOOK_GPA, CRAWL__HOOK_PLAIN, CRAWL__HOOK_SAMPLED, CRAWL__HOOK_BOTH, CRAWL__HOOK_SLOW };
+CRAWL_API extern int crawl__hook_kind;
 CRAWL_API void crawl__heap_profile_slow(const void *p, size_t size, uintptr_t caller);
 /* Put p in the free filter for good (a count stuck at 255). */
 CRAWL_API void crawl__hp_filter_stick(const void *p);
@@ -158,7 +167,7 @@ static inline __attribute__((always_inline)) int crawl__heap_profile_wants(const
 {
     if (__builtin_expect(crawl__hp.on != 1, 1) || !p)
         return 0;
-    return !crawl__hp.sampled || (crawl__hp_countdown -= (long)(size ? size : 1)) <= 0;
+    return !crawl__hp.sampled || (crawl__hp_countdown -= (long)size + 1) <= 0;
 }
 static inline __attribute__((always_inline)) void crawl_heap_profile_on_alloc(const void *p,
                                                                               size_t size,

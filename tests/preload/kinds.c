@@ -1,0 +1,134 @@
+/* The preload's malloc fast path follows crawl__hook_kind: these check that
+ * each change of what it depends on (the heap profile started and stopped,
+ * sampled or not, gpa_sample_rate set at run time, the pool made) reaches
+ * the very next malloc of a thread that was already allocating. Linked
+ * against libcrawl-preload.so (its malloc is the program's) and run with
+ * CRAWL_OPTIONS=gpa_sample_rate=0, so that it starts with nothing to do.
+ * The tests run in this order: the pool, once made, stays. */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <cmocka.h>
+
+#include <crawl/guarded.h>
+#include <crawl/heap_profile.h>
+#include <crawl/sanitizer.h>
+
+static size_t live_objects(void)
+{
+    crawl_heap_totals t;
+    crawl_heap_profile_totals(&t);
+    return t.live_objects;
+}
+
+/* With the kind as expected, n allocations of 40 bytes: how many the pool
+ * served and how many the heap profile holds, in [lo, hi] each (all freed
+ * again) */
+static void expect(int kind, int n, int pooled_lo, int pooled_hi, int recorded_lo,
+                   int recorded_hi)
+{
+    void *p[64];
+    assert_int_equal(crawl__hook_kind, kind);
+    assert_true(n <= 64);
+    size_t before = live_objects();
+    int pooled = 0;
+    for (int i = 0; i < n; i++) {
+        p[i] = malloc(40);
+        assert_non_null(p[i]);
+        pooled += crawl_gpa_owns(p[i]);
+    }
+    size_t recorded = live_objects() - before;
+    for (int i = 0; i < n; i++)
+        free(p[i]);
+    assert_int_equal(live_objects(), before);
+    assert_in_range(pooled, pooled_lo, pooled_hi);
+    assert_in_range(recorded, recorded_lo, recorded_hi);
+}
+
+static void warm_up(void)
+{
+    for (int i = 0; i < 1000; i++) {
+        void *volatile p = malloc(24);
+        free(p);
+    }
+}
+
+static void test_nothing_to_do(void **state)
+{
+    (void)state;
+    warm_up();
+    expect(CRAWL__HOOK_PLAIN, 10, 0, 0, 0, 0);
+}
+
+static void test_every_allocation_at_once(void **state)
+{
+    (void)state;
+    warm_up();
+    assert_int_equal(crawl_sanitizer_set_options("heap_sample_bytes=0"), 0);
+    assert_int_equal(crawl_heap_profile_start(), 0);
+    expect(CRAWL__HOOK_SLOW, 10, 0, 0, 10, 10);
+    crawl_heap_profile_stop();
+    expect(CRAWL__HOOK_PLAIN, 10, 0, 0, 0, 0);
+}
+
+/* sampling every 16 bytes on average: an allocation of 40 counts 41, so
+ * nearly every one is a sample (a thread's first visit only starts its
+ * count) */
+static void test_sampled_without_pool(void **state)
+{
+    (void)state;
+    assert_int_equal(crawl_sanitizer_set_options("heap_sample_bytes=16"), 0);
+    assert_int_equal(crawl_heap_profile_start(), 0);
+    expect(CRAWL__HOOK_SAMPLED, 64, 0, 0, 50, 64);
+    crawl_heap_profile_stop();
+    assert_int_equal(crawl__hook_kind, CRAWL__HOOK_PLAIN);
+}
+
+static void test_pool_switched_on(void **state)
+{
+    (void)state;
+    assert_int_equal(crawl_sanitizer_set_options("gpa_sample_rate=1"), 0);
+    assert_int_equal(crawl__hook_kind, CRAWL__HOOK_GPA);
+    /* the thread's pool countdown, set to look again in 2^20 calls when it
+     * read rate 0, takes the new rate when it runs out */
+    for (long calls = 0;; calls++) {
+        void *p = malloc(24);
+        int mine = crawl_gpa_owns(p);
+        free(p);
+        if (mine)
+            break;
+        assert_true(calls <= 1 << 20);
+    }
+    expect(CRAWL__HOOK_GPA, 10, 10, 10, 0, 0);
+}
+
+static void test_sampled_with_pool(void **state)
+{
+    (void)state;
+    assert_int_equal(crawl_heap_profile_start(), 0);   /* heap_sample_bytes=16 still */
+    expect(CRAWL__HOOK_BOTH, 10, 10, 10, 5, 10);
+    crawl_heap_profile_stop();
+}
+
+static void test_pool_stays(void **state)
+{
+    (void)state;
+    assert_int_equal(crawl_sanitizer_set_options("gpa_sample_rate=0"), 0);
+    /* GPA still: the pool's reports need its countdown */
+    expect(CRAWL__HOOK_GPA, 10, 0, 0, 0, 0);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_nothing_to_do),
+        cmocka_unit_test(test_every_allocation_at_once),
+        cmocka_unit_test(test_sampled_without_pool),
+        cmocka_unit_test(test_pool_switched_on),
+        cmocka_unit_test(test_sampled_with_pool),
+        cmocka_unit_test(test_pool_stays),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
