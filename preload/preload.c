@@ -217,13 +217,18 @@ __attribute__((always_inline)) static inline void *alloc_slow_kept(size_t n, con
 
 EXPORT void *malloc(size_t n) { return ALLOC(n, __builtin_return_address(0)); }
 
+/* Called from free (never a tail call), so a pool chunk's free stack
+ * starts at free, as its allocation stack starts at malloc. */
 __attribute__((noinline)) static void free_slow(void *p)
 {
     if (!p || from_boot(p))
         return;
     forget(p);
     if (__builtin_expect(crawl_gpa_owns_inline(p), 0)) {
-        crawl_gpa_deallocate(p);
+        crawl_regs here;
+        crawl_capture_regs(&here);
+        crawl__gpa_deallocate_from(p, &here);
+        NO_TAIL(p);
         return;
     }
     real_free(p);                        /* (a resolver until glibc's is known) */
@@ -231,13 +236,16 @@ __attribute__((noinline)) static void free_slow(void *p)
 
 /* glibc's free unless p is the pool's or the free filter has it (a chunk
  * the heap profile holds, a bootstrap block): two tests, each branching
- * off to free_slow, so that glibc is reached without a taken branch. */
+ * off to free_slow, so that glibc is reached without a taken branch (and
+ * without a frame). */
 EXPORT void free(void *p)
 {
-    if (__builtin_expect(crawl_gpa_owns_inline(p), 0))
-        return free_slow(p);
-    if (__builtin_expect(crawl__hp_filter_has(p), 0))
-        return free_slow(p);
+    if (__builtin_expect(crawl_gpa_owns_inline(p), 0) ||
+        __builtin_expect(crawl__hp_filter_has(p), 0)) {
+        free_slow(p);
+        NO_TAIL(p);                      /* free's frame stays: the stack starts there */
+        return;
+    }
     real_free(p);
 }
 

@@ -47,7 +47,8 @@ static unsigned capture_words(const crawl_regs *from, unsigned max, unsigned fla
                               uintptr_t *out, unsigned cap, sw_memo_tag *t)
 {
     const crawl__thread *th = crawl__self();
-    unsigned walk = (flags & (CRAWL_WALK_FAST | CRAWL_WALK_SIGNAL_SAFE)) | SW_WALK_SPARSE_CFI;
+    unsigned walk = (flags & (CRAWL_WALK_FAST | CRAWL_WALK_SIGNAL_SAFE)) |
+                    (flags & SAN_CAPTURE_COMPILE ? 0 : SW_WALK_SPARSE_CFI);
     if (t)
         t->memo = NULL, t->tag = 0;
     if (th->attached && !th->top) {

@@ -280,10 +280,13 @@ int crawl_gpa_should_sample(void)
     return crawl__gpa_sample_slow();
 }/* ---- allocation ---------------------------------------------------------------------- */
 
+/* The allocation and free stacks compile the CFI of the modules they pass
+ * (samples are rare): the report of a fault, a signal-safe walk from the
+ * faulting pc, then finds the rules of the code that touched the chunk. */
 static unsigned capture(const crawl_regs *from, unsigned char *out)
 {
     uintptr_t w[TRACE_WORDS];
-    unsigned flags = san_opts()->fast_unwind_on_malloc ? CRAWL_WALK_FAST : 0;
+    unsigned flags = SAN_CAPTURE_COMPILE | (san_opts()->fast_unwind_on_malloc ? CRAWL_WALK_FAST : 0);
     unsigned n = san_capture_words(from, TRACE_WORDS, flags, w, TRACE_WORDS);
     return (unsigned)pack(w, n, out, TRACE_BYTES);
 }
@@ -397,10 +400,25 @@ static void report_slot(const char *kind, uintptr_t at, const gslot *g, const cr
 
 /* ---- free ------------------------------------------------------------------------------ */
 
+static void deallocate(void *p, const crawl_regs *from);
+
 void crawl_gpa_deallocate(void *p)
 {
     crawl_regs entry;
     crawl_capture_regs(&entry);
+    deallocate(p, &entry);
+    CRAWL__NO_TAIL(p);
+}
+
+void crawl__gpa_deallocate_from(void *p, const crawl_regs *from)
+{
+    deallocate(p, from);
+}
+
+/* The free stack starts at the caller of the frame whose registers are
+ * *from. */
+static void deallocate(void *p, const crawl_regs *from)
+{
     if (!crawl_gpa_owns(p) || in_arena((uintptr_t)p))
         return;                          /* a report arena block: never reused */
     uintptr_t a = (uintptr_t)p;
@@ -414,7 +432,7 @@ void crawl_gpa_deallocate(void *p)
     if (g->state == SLOT_LIVE && g->ptr == a) {
         inside = 1;
         g->free_tid = san_thread_id();
-        g->free_len = (uint16_t)capture(&entry, g->free_trace);
+        g->free_len = (uint16_t)capture(from, g->free_trace);
         __atomic_store_n(&g->state, SLOT_FREED, __ATOMIC_RELEASE);
         mprotect((void *)slot_page((unsigned)s), pool.page, PROT_NONE);
         pthread_mutex_lock(&pool.lock);
@@ -424,7 +442,7 @@ void crawl_gpa_deallocate(void *p)
         return;
     }
     const char *kind = g->state == SLOT_FREED && g->ptr == a ? "Double Free" : "Invalid (Wild) Free";
-    report_slot(kind, a, g, &entry, NULL);
+    report_slot(kind, a, g, from, NULL);
     if (!san_opts()->gpa_recoverable)
         abort();                         /* as GWP-ASan: a bad free stops the process */
     __asm__ volatile("" ::: "memory");

@@ -36,6 +36,11 @@ void san_depot_set_budget(size_t bytes);
  * pcs (SW_WALK_SPARSE_CFI): a process that captures a few stacks does not
  * compile all of libc's. */
 uint32_t san_capture_at(const crawl_regs *from, unsigned max, unsigned flags);
+/* A capture flag: compile the CFI of every module the walk meets (no
+ * reading pc by pc), for stacks whose modules a signal-safe walk needs
+ * later: a pool allocation's, whose fault report walks from the fault in a
+ * signal handler (only compiled modules serve it). */
+#define SAN_CAPTURE_COMPILE (1u << 30)
 /* The stack of a signal context, the interrupted frame first (exact pc). */
 uint32_t san_capture_uc(const ucontext_t *uc, unsigned max, unsigned flags);
 /* The same trace's words into out[0..cap) instead of the depot: their count. */

@@ -55,12 +55,15 @@ static void *sampled_alloc(size_t n)
     return p ? p : malloc(n);
 }
 
-static void sampled_release(void *p)
+/* (never a tail call: the free stack starts here, as the allocation
+ * stack starts at sampled_alloc) */
+__attribute__((noinline)) static void sampled_release(void *p)
 {
     if (crawl_gpa_owns(p))
         crawl_gpa_deallocate(p);
     else
         free(p);
+    __asm__ volatile("");
 }
 
 /* The hardware checks sampled buffers: touch the bytes of an access to one

@@ -82,6 +82,9 @@ CRAWL_API void *crawl__gpa_allocate_from(size_t size, size_t alignment, const cr
  * pointer that is not an allocation's start is reported, and stops the
  * process unless gpa_recoverable=1. */
 CRAWL_API void crawl_gpa_deallocate(void *p);
+/* The same, the free stack (and a bad free's report) starting at the
+ * caller of the frame whose registers are *from. Not API. */
+CRAWL_API void crawl__gpa_deallocate_from(void *p, const crawl_regs *from);
 
 /* 1 if p lies in the pool (its slots, guard pages and report arena). */
 CRAWL_API int crawl_gpa_owns(const void *p);

@@ -52,8 +52,11 @@ for i in 1 2 3; do
     if [ $rc -ne 139 ] || ! grep -q '^Use After Free at ' "$work/err" ||
        ! grep -q 'in use .*buggy.c' "$work/err" || ! grep -q 'in drop .*buggy.c' "$work/err" ||
        ! grep -q 'in make_name .*buggy.c' "$work/err" ||
+       ! grep -A2 '^Use After Free at ' "$work/err" | grep -q '#1 .* in main .*buggy.c' ||
        ! grep -A2 'was allocated by' "$work/err" | grep -q '#0 .* in malloc ' ||
-       ! grep -A2 'was allocated by' "$work/err" | grep -q '#1 .* in make_name '; then
+       ! grep -A2 'was allocated by' "$work/err" | grep -q '#1 .* in make_name ' ||
+       ! grep -A2 'was deallocated by' "$work/err" | grep -q '#0 .* in free ' ||
+       ! grep -A2 'was deallocated by' "$work/err" | grep -q '#1 .* in drop '; then
         echo "preload: the buggy program was not caught on run $i (rc $rc)"; cat "$work/err"; fail=1
     else
         passed=$((passed + 1))

@@ -123,7 +123,8 @@ static void test_usage_and_exit_codes(void **state)
 
 /* --sanitize=sampled with every buffer sampled: a use after free faults
  * in the guarded pool, reported in GWP-ASan's shape with the script frames
- * in all three stacks. */
+ * in all three stacks, each starting where the VM touched, freed and
+ * allocated the buffer. */
 static void test_sanitize_sampled(void **state)
 {
     (void)state;
@@ -139,10 +140,18 @@ static void test_sanitize_sampled(void **state)
         "^\\*\\*\\* GWP-ASan detected a memory error \\*\\*\\*$",
         "^Use After Free at 0x[0-9a-f]+ \\(0 bytes into a 40-byte allocation at 0x[0-9a-f]+\\) by "
         "thread T0 here:$",
+        /* the access stack, walked in the fault handler, has its native
+         * frames on both sides of the script's */
+        "^    #0 0x[0-9a-f]+ in sampled_check ",
+        "^    #1 0x[0-9a-f]+ in buffer_at ",
         "^    #[0-9]+ in first-entry .*use_after_free.crawl:6$",
+        "^    #[0-9]+ 0x[0-9a-f]+ in vm_interp_run ",
+        "^    #[0-9]+ 0x[0-9a-f]+ in main ",
         "was deallocated by thread T0 here:$",
+        "^    #0 0x[0-9a-f]+ in sampled_release ",
         "^    #[0-9]+ in drop-table .*use_after_free.crawl:5$",
         "was allocated by thread T0 here:$",
+        "^    #0 0x[0-9a-f]+ in sampled_alloc ",
         "^    #[0-9]+ in make-table .*use_after_free.crawl:4$",
         "^\\*\\*\\* End GWP-ASan report \\*\\*\\*$",
         NULL});
