@@ -5,7 +5,10 @@
 #include <crawl/frames.h>
 #include <pthread.h>
 #include <stdatomic.h>
+#include <sys/mman.h>
+#include <sys/syscall.h>
 #include <sys/types.h>
+#include <unistd.h>
 
 #define CRAWL__THREAD_COUNTS 1
 
@@ -89,6 +92,24 @@ void crawl__thread_bounds(const crawl__thread *th, int self, crawl__bounds *b);
  * type pointer is garbage without dereferencing it. Lock-free. */
 void crawl__type_note(const crawl_frame_type *type);
 int crawl__type_known(const crawl_frame_type *type);
+
+/* crawl's own anonymous mappings (tables, caches, arenas, the guarded
+ * pool), straight to the kernel: never through an mmap that the program or
+ * libcrawl-preload.so interposes. With heap_profile_mmap=1 the preload
+ * records the program's mappings; crawl's are not the program's, and one
+ * recorded from inside a walk (the walk memo's, a depot arena's) captured
+ * a stack that walked and mapped again. MAP_FAILED and errno on failure,
+ * as mmap(2); private and anonymous, more_flags added (MAP_NORESERVE).
+ * Async-signal-safe (one system call). */
+static inline void *crawl__mmap(size_t len, int prot, int more_flags)
+{
+    return (void *)syscall(SYS_mmap, NULL, len, prot, MAP_PRIVATE | MAP_ANONYMOUS | more_flags, -1,
+                           0L);
+}
+static inline int crawl__munmap(void *addr, size_t len)
+{
+    return (int)syscall(SYS_munmap, addr, len);
+}
 
 /* Locks crawl takes around work that allocates (module snapshots, the
  * libdwfl session, reports): they count, per thread, how many the thread

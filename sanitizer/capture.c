@@ -41,10 +41,38 @@ static crawl_action add_frame(const crawl_cf *cf, void *ctx)
     return ++c->frames < c->max && c->n < CRAWL_DEPOT_MAX_FRAMES ? CRAWL_CONTINUE : CRAWL_ABORT;
 }
 
+/* SAN_CAPTURE_COMPILE: the modules of a trace's native pcs compiled (the
+ * walk may have found their rules without: in the CFI cache, filled by
+ * sparse captures pc by pc, or in the walk memo). */
+static void compile_modules(const uintptr_t *w, unsigned n)
+{
+    uintptr_t pcs[CRAWL_DEPOT_MAX_FRAMES];
+    unsigned k = 0;
+    for (unsigned i = 0; i < n; i++) {
+        if (w[i] & CRAWL_DEPOT_VM)
+            i += 2;                      /* type, method, position */
+        else if (!(w[i] & CRAWL_DEPOT_JIT))
+            pcs[k++] = w[i];
+    }
+    sw_modules_compile_at(pcs, k);
+}
+
+static unsigned walk_words(const crawl_regs *from, unsigned max, unsigned flags,
+                           uintptr_t *out, unsigned cap, sw_memo_tag *t);
+
 /* san_capture_words; with t (the thread has no Frames), the walk memo that
  * holds these words and the depot id kept with it. */
 static unsigned capture_words(const crawl_regs *from, unsigned max, unsigned flags,
                               uintptr_t *out, unsigned cap, sw_memo_tag *t)
+{
+    unsigned n = walk_words(from, max, flags, out, cap, t);
+    if (flags & SAN_CAPTURE_COMPILE)
+        compile_modules(out, n);
+    return n;
+}
+
+static unsigned walk_words(const crawl_regs *from, unsigned max, unsigned flags,
+                           uintptr_t *out, unsigned cap, sw_memo_tag *t)
 {
     const crawl__thread *th = crawl__self();
     unsigned walk = (flags & (CRAWL_WALK_FAST | CRAWL_WALK_SIGNAL_SAFE)) |

@@ -34,7 +34,7 @@ typedef struct node {
  * bucket miss and a node miss, and TLB misses on top of each cost a lot. */
 static void *map_table(size_t bytes)
 {
-    void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    void *p = crawl__mmap(bytes, PROT_READ | PROT_WRITE, 0);
     if (p == MAP_FAILED)
         return NULL;
     madvise(p, bytes, MADV_HUGEPAGE);
@@ -52,7 +52,7 @@ static void *lazy_table(_Atomic(void *) *slot, size_t bytes)
         return NULL;
     if (atomic_compare_exchange_strong(slot, &t, fresh))
         return fresh;
-    munmap(fresh, bytes);                /* another thread won */
+    crawl__munmap(fresh, bytes);         /* another thread won */
     return t;
 }
 
@@ -78,7 +78,7 @@ static atomic_size_t budget = (size_t)256 << 20;   /* set by options, read by pu
 static arena *new_arena(size_t need)
 {
     size_t size = need + sizeof(arena) > ARENA_SIZE ? need + sizeof(arena) : ARENA_SIZE;
-    arena *a = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    arena *a = crawl__mmap(size, PROT_READ | PROT_WRITE, 0);
     if (a == MAP_FAILED)
         return NULL;
     madvise(a, size, MADV_HUGEPAGE);     /* advisory: fewer TLB misses on lookups */
@@ -111,7 +111,7 @@ static void *arena_alloc(size_t bytes)
         if (atomic_compare_exchange_strong(&current_arena, &a, fresh))
             return fresh->data + off;
         /* another thread installed an arena first: ours stays unused */
-        munmap(fresh, fresh->size + sizeof(arena));
+        crawl__munmap(fresh, fresh->size + sizeof(arena));
     }
 }
 
@@ -136,14 +136,13 @@ static int set_id(uint32_t id, node *nd)
     id_page_slot *slot = &pages[id >> PAGE_BITS];
     _Atomic(node *) *page = atomic_load(slot);
     if (!page) {
-        _Atomic(node *) *fresh = mmap(NULL, PAGE_IDS * sizeof(node *), PROT_READ | PROT_WRITE,
-                                      MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        _Atomic(node *) *fresh = crawl__mmap(PAGE_IDS * sizeof(node *), PROT_READ | PROT_WRITE, 0);
         if (fresh == MAP_FAILED)
             return -1;
         if (atomic_compare_exchange_strong(slot, &page, fresh))
             page = fresh;
         else
-            munmap(fresh, PAGE_IDS * sizeof(node *));
+            crawl__munmap(fresh, PAGE_IDS * sizeof(node *));
     }
     atomic_store_explicit(&page[id & (PAGE_IDS - 1)], nd, memory_order_release);
     return 0;

@@ -175,11 +175,15 @@ static void make_pool(void)
     size_t page = (size_t)sysconf(_SC_PAGESIZE);
     unsigned n = o->gpa_max_allocations;
     size_t slots = (2 * (size_t)n + 1) * page, bytes = slots + ARENA_BYTES;
-    void *base = mmap(NULL, bytes, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-    void *meta = mmap(NULL, n * (sizeof(gslot) + sizeof(unsigned)), PROT_READ | PROT_WRITE,
-                      MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (base == MAP_FAILED || meta == MAP_FAILED)
+    void *base = crawl__mmap(bytes, PROT_NONE, MAP_NORESERVE);
+    void *meta = crawl__mmap(n * (sizeof(gslot) + sizeof(unsigned)), PROT_READ | PROT_WRITE, 0);
+    if (base == MAP_FAILED || meta == MAP_FAILED) {
+        if (base != MAP_FAILED)
+            crawl__munmap(base, bytes);
+        if (meta != MAP_FAILED)
+            crawl__munmap(meta, n * (sizeof(gslot) + sizeof(unsigned)));
         return;                          /* no pool: nothing is ever sampled */
+    }
     pool.base = (uintptr_t)base;
     pool.end = pool.base + bytes;
     arena_lo = pool.base + slots;

@@ -114,10 +114,8 @@ void san_heap_fork(int lock)
 
 static void reserve_region(void)
 {
-    region = mmap(NULL, REGION_SIZE, PROT_READ | PROT_WRITE,
-                  MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-    shadow = mmap(NULL, REGION_SIZE / GRANULE, PROT_READ | PROT_WRITE,
-                  MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    region = crawl__mmap(REGION_SIZE, PROT_READ | PROT_WRITE, MAP_NORESERVE);
+    shadow = crawl__mmap(REGION_SIZE / GRANULE, PROT_READ | PROT_WRITE, MAP_NORESERVE);
     if (region == MAP_FAILED || shadow == MAP_FAILED)
         crawl__fatal("checked heap: cannot reserve %zu bytes of address space", REGION_SIZE);
 }

@@ -41,13 +41,12 @@ static int reserve(void)
     if (n + 2 <= cap)
         return 0;
     size_t ncap = cap ? 2 * cap : 256;
-    region *more = mmap(NULL, ncap * sizeof *more, PROT_READ | PROT_WRITE,
-                        MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    region *more = crawl__mmap(ncap * sizeof *more, PROT_READ | PROT_WRITE, 0);
     if (more == MAP_FAILED)
         return -ENOMEM;
     if (rg) {
         memcpy(more, rg, n * sizeof *rg);
-        munmap(rg, cap * sizeof *rg);
+        crawl__munmap(rg, cap * sizeof *rg);
     }
     rg = more, cap = ncap;
     return 0;

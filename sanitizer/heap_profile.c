@@ -127,8 +127,7 @@ void crawl__hp_filter_stick(const void *p)
 /* Rehash s into a table of cap entries (under its lock). 0 or -ENOMEM. */
 static int rehash(shard *s, size_t cap)
 {
-    hp_entry *t = mmap(NULL, cap * sizeof *t, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
-                       -1, 0);
+    hp_entry *t = crawl__mmap(cap * sizeof *t, PROT_READ | PROT_WRITE, 0);
     if (t == MAP_FAILED)
         return -ENOMEM;
     for (size_t i = 0; i < s->cap; i++) {
@@ -141,7 +140,7 @@ static int rehash(shard *s, size_t cap)
         t[j] = *e;
     }
     if (s->t)
-        munmap(s->t, s->cap * sizeof *s->t);
+        crawl__munmap(s->t, s->cap * sizeof *s->t);
     s->t = t, s->cap = cap;
     return 0;
 }
@@ -355,12 +354,20 @@ static int hook_kind_now(void)
 
 /* After a change of what it depends on. Lock-free (stop calls it from
  * signal handlers): whoever stores last looks again after its store, so
- * the kind left is the one the last state asks for. */
+ * the kind left is the one the last state asks for. Two full fences make
+ * that hold (Dekker's pattern: a store, then loads of what another thread
+ * stores): the caller's change of state is seen by every thread whose
+ * kind store comes later, and this thread's kind store is not still in
+ * its store buffer while it looks again (on x86 a release store followed
+ * by acquire loads lets the loads pass it: a thread could look, see the
+ * old state, and its stale kind land after the last updater's). */
 void san_hook_kind_update(void)
 {
+    __atomic_thread_fence(__ATOMIC_SEQ_CST);
     for (;;) {
         int k = hook_kind_now();
-        __atomic_store_n(&crawl__hook_kind, k, __ATOMIC_RELEASE);
+        __atomic_store_n(&crawl__hook_kind, k, __ATOMIC_RELAXED);
+        __atomic_thread_fence(__ATOMIC_SEQ_CST);
         if (hook_kind_now() == k)
             return;
     }
@@ -373,13 +380,12 @@ int hp_snap_reserve(hp_snap *s, size_t more)
     if (s->n + more <= s->cap)
         return 0;
     size_t ncap = (s->n + more) * 2 + 1024;
-    hp_entry *bigger = mmap(NULL, ncap * sizeof *bigger, PROT_READ | PROT_WRITE,
-                            MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    hp_entry *bigger = crawl__mmap(ncap * sizeof *bigger, PROT_READ | PROT_WRITE, 0);
     if (bigger == MAP_FAILED)
         return -ENOMEM;
     if (s->e) {
         memcpy(bigger, s->e, s->n * sizeof *bigger);
-        munmap(s->e, s->cap * sizeof *s->e);
+        crawl__munmap(s->e, s->cap * sizeof *s->e);
     }
     s->e = bigger, s->cap = ncap;
     return 0;
@@ -425,7 +431,7 @@ size_t hp_table_ranges(uintptr_t (*out)[2], size_t max)
 void hp_snapshot_free(hp_snap *s)
 {
     if (s->e)
-        munmap(s->e, s->cap * sizeof *s->e);
+        crawl__munmap(s->e, s->cap * sizeof *s->e);
     s->e = NULL;
 }
 

@@ -43,13 +43,12 @@ static atomic_ulong *page_of(uint32_t id)
     atomic_ulong *p = atomic_load_explicit(slot, memory_order_acquire);
     if (p)
         return p;
-    void *fresh = mmap(NULL, (1u << PAGE_BITS) * sizeof(atomic_ulong), PROT_READ | PROT_WRITE,
-                       MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    void *fresh = crawl__mmap((1u << PAGE_BITS) * sizeof(atomic_ulong), PROT_READ | PROT_WRITE, 0);
     if (fresh == MAP_FAILED)
         return NULL;
     atomic_ulong *expected = NULL;
     if (!atomic_compare_exchange_strong(slot, &expected, fresh)) {
-        munmap(fresh, (1u << PAGE_BITS) * sizeof(atomic_ulong));
+        crawl__munmap(fresh, (1u << PAGE_BITS) * sizeof(atomic_ulong));
         return expected;
     }
     return fresh;
@@ -125,8 +124,7 @@ int crawl_profiler_start_flags(unsigned hz, unsigned flags)
         crawl_cfi_cache_warm();          /* signal-safe walks use rules compiled ahead */
     pthread_mutex_lock(&prof_lock);
     if (!timers) {
-        void *m = mmap(NULL, MAX_TIMERS * sizeof *timers, PROT_READ | PROT_WRITE,
-                       MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        void *m = crawl__mmap(MAX_TIMERS * sizeof *timers, PROT_READ | PROT_WRITE, 0);
         if (m == MAP_FAILED) {
             pthread_mutex_unlock(&prof_lock);
             return -ENOMEM;
@@ -201,15 +199,14 @@ static int profile_snapshot(hp_snap *s)
                 continue;
             if (s->n == s->cap) {
                 size_t cap = s->cap ? s->cap * 2 : 1024;
-                hp_entry *more = mmap(NULL, cap * sizeof *more, PROT_READ | PROT_WRITE,
-                                      MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+                hp_entry *more = crawl__mmap(cap * sizeof *more, PROT_READ | PROT_WRITE, 0);
                 if (more == MAP_FAILED) {
                     hp_snapshot_free(s);
                     return -ENOMEM;
                 }
                 if (s->e) {
                     memcpy(more, s->e, s->n * sizeof *more);
-                    munmap(s->e, s->cap * sizeof *s->e);
+                    crawl__munmap(s->e, s->cap * sizeof *s->e);
                 }
                 s->e = more, s->cap = cap;
             }

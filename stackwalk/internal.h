@@ -99,6 +99,11 @@ void sw_snap_exit(crawl__thread *th);
 const sw_snapshot *sw_snap_refresh(void);
 /* m's rules, compiling them now if needed. Normal context only. */
 const sw_rules *sw_module_rules(sw_module *m);
+/* Compile the modules that hold pcs[0..n) (those not compiled yet), so that
+ * a signal-safe walk through any of their code finds its rules: whatever
+ * the walk that found the pcs read (single rules, the CFI cache, a memo).
+ * Normal context; pcs in no module are skipped. */
+void sw_modules_compile_at(const uintptr_t *pcs, unsigned n);
 /* Compile every loaded module; the number with CFI, or a negative errno. */
 int sw_modules_warm(void);
 /* cfi_cache.c: read a module's CFI into a table (normal context, under

@@ -258,15 +258,14 @@ static int seg_cmp(const void *a, const void *b)
 
 static sw_cfi_slot *cache_new(void)
 {
-    void *p = mmap(NULL, SW_CFI_SLOTS * sizeof(sw_cfi_slot), PROT_READ | PROT_WRITE,
-                   MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    void *p = crawl__mmap(SW_CFI_SLOTS * sizeof(sw_cfi_slot), PROT_READ | PROT_WRITE, 0);
     return p == MAP_FAILED ? NULL : p;
 }
 
 static void free_retired(retired *r)
 {
     if (r->cache)
-        munmap(r->cache, SW_CFI_SLOTS * sizeof(sw_cfi_slot));
+        crawl__munmap(r->cache, SW_CFI_SLOTS * sizeof(sw_cfi_slot));
     free(r->snap);
     while (r->mods) {
         sw_module *m = r->mods;
@@ -468,6 +467,18 @@ const sw_rules *sw_module_rules(sw_module *m)
     r = atomic_load(&m->rules);
     crawl__unlock(&build_lock);
     return r;
+}
+
+void sw_modules_compile_at(const uintptr_t *pcs, unsigned n)
+{
+    crawl__thread *th = crawl__self();
+    const sw_snapshot *s = sw_snap_enter(th);
+    for (unsigned i = 0; s && i < n; i++) {
+        const sw_seg *g = sw_seg_find(s, pcs[i]);
+        if (g && !atomic_load_explicit(&g->mod->compiled, memory_order_acquire))
+            sw_module_rules(g->mod);
+    }
+    sw_snap_exit(th);
 }
 
 int sw_modules_warm(void)

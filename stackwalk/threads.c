@@ -185,8 +185,7 @@ int crawl_walk_thread_timeout(pid_t tid, crawl_walk_fn fn, void *ctx, unsigned f
         crawl_cfi_cache_warm();
     pthread_mutex_lock(&req_lock);
     if (!req.frames) {
-        void *m = mmap(NULL, MAX_FRAMES * sizeof(copy), PROT_READ | PROT_WRITE,
-                       MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        void *m = crawl__mmap(MAX_FRAMES * sizeof(copy), PROT_READ | PROT_WRITE, 0);
         if (m == MAP_FAILED) {
             pthread_mutex_unlock(&req_lock);
             return -ENOMEM;

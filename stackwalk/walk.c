@@ -599,7 +599,7 @@ static void memo_release(crawl__thread *th)
     void *m = th->walk_memo;
     th->walk_memo = NULL;
     if (m)
-        munmap(m, sizeof(walk_memos));
+        crawl__munmap(m, sizeof(walk_memos));
 }
 
 /* The thread's memos, mapped on its first quick walk (never malloc: walks
@@ -609,7 +609,7 @@ static walk_memos *memos_of(crawl__thread *th)
     walk_memos *w = th->walk_memo;
     if (__builtin_expect(w != NULL, 1))
         return w;
-    w = mmap(NULL, sizeof *w, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    w = crawl__mmap(sizeof *w, PROT_READ | PROT_WRITE, 0);
     if (w == MAP_FAILED)
         return NULL;
     __atomic_store_n(&crawl__leave_hook, memo_release, __ATOMIC_RELEASE);

@@ -38,8 +38,10 @@
  * next transition Frame. Printing and symbolizing are not signal-safe.
  * Allocation: a normal-context walk may allocate the first time it meets a
  * module (its rule table) or a change in the loaded modules; a thread's
- * first normal-context crawl_backtrace maps its walk memo (12 KiB, by mmap,
- * unmapped when the thread exits or detaches).
+ * first normal-context crawl_backtrace on an attached thread maps its walk
+ * memo (12 KiB, by the mmap system call, never an interposed mmap;
+ * unmapped when the thread exits or detaches; unattached threads have
+ * none).
  */
 #ifndef CRAWL_STACKWALK_H
 #define CRAWL_STACKWALK_H

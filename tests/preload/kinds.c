@@ -5,7 +5,10 @@
  * against libcrawl-preload.so (its malloc is the program's) and run with
  * CRAWL_OPTIONS=gpa_sample_rate=0, so that it starts with nothing to do.
  * The tests run in this order: the pool, once made, stays. */
+#include <pthread.h>
+#include <sched.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stddef.h>
 #include <setjmp.h>
 #include <stdint.h>
@@ -86,6 +89,69 @@ static void test_sampled_without_pool(void **state)
     assert_int_equal(crawl__hook_kind, CRAWL__HOOK_PLAIN);
 }
 
+/* ---- two threads change the state at once ----------------------------------------- */
+
+/* A sense-reversing barrier for two threads that spins (yielding now and
+ * then: a one-core machine runs the other thread) */
+static atomic_int arrived, sense;
+
+static void meet(int *mine)
+{
+    *mine = !*mine;
+    if (atomic_fetch_add(&arrived, 1) == 1) {
+        atomic_store(&arrived, 0);
+        atomic_store(&sense, *mine);
+        return;
+    }
+    for (unsigned spins = 0; atomic_load(&sense) != *mine; spins++)
+        if (spins % 256 == 255)
+            sched_yield();
+}
+
+enum { RACE_ROUNDS = 100000 };
+
+static void *stopper(void *arg)
+{
+    (void)arg;
+    int mine = 0;
+    for (int r = 0; r < RACE_ROUNDS; r++) {
+        meet(&mine);
+        crawl_heap_profile_stop();
+        meet(&mine);
+        meet(&mine);                     /* the main thread has looked */
+    }
+    return NULL;
+}
+
+/* One thread starts the heap profile while another stops it, round after
+ * round: whichever comes last, the kind left must be the one the final
+ * state asks for (a stale kind would have malloc skip recording, or keep
+ * recording after the stop). Before the fences in san_hook_kind_update
+ * about one round in ten ended wrong on two cores. */
+static void test_start_and_stop_at_once(void **state)
+{
+    (void)state;
+    assert_int_equal(crawl_sanitizer_set_options("heap_sample_bytes=16"), 0);
+    pthread_t t;
+    assert_int_equal(pthread_create(&t, NULL, stopper, NULL), 0);
+    int mine = 0, wrong = 0;
+    for (int r = 0; r < RACE_ROUNDS; r++) {
+        meet(&mine);
+        assert_int_equal(crawl_heap_profile_start(), 0);
+        meet(&mine);
+        int mode = __atomic_load_n(&crawl__hp.mode, __ATOMIC_ACQUIRE);
+        int want = mode == 2 ? CRAWL__HOOK_SAMPLED : CRAWL__HOOK_PLAIN;
+        wrong += __atomic_load_n(&crawl__hook_kind, __ATOMIC_RELAXED) != want;
+        meet(&mine);
+    }
+    assert_int_equal(pthread_join(t, NULL), 0);
+    crawl_heap_profile_stop();
+    if (wrong)
+        print_message("%d of %d rounds left a stale kind\n", wrong, (int)RACE_ROUNDS);
+    assert_int_equal(wrong, 0);
+    expect(CRAWL__HOOK_PLAIN, 10, 0, 0, 0, 0);
+}
+
 static void test_pool_switched_on(void **state)
 {
     (void)state;
@@ -126,6 +192,7 @@ int main(void)
         cmocka_unit_test(test_nothing_to_do),
         cmocka_unit_test(test_every_allocation_at_once),
         cmocka_unit_test(test_sampled_without_pool),
+        cmocka_unit_test(test_start_and_stop_at_once),
         cmocka_unit_test(test_pool_switched_on),
         cmocka_unit_test(test_sampled_with_pool),
         cmocka_unit_test(test_pool_stays),
