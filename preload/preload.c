@@ -237,17 +237,20 @@ __attribute__((noinline)) static void free_slow(void *p)
 /* glibc's free unless p is the pool's or the free filter has it (a chunk
  * the heap profile holds, a bootstrap block): two tests, each branching
  * off to free_slow, so that glibc is reached without a taken branch (and
- * without a frame). */
-EXPORT void free(void *p)
+ * without a frame). Expanded into free and each operator delete, so that a
+ * free stack starts at the entry point the program called. */
+static inline __attribute__((always_inline)) void release(void *p)
 {
     if (__builtin_expect(crawl_gpa_owns_inline(p), 0) ||
         __builtin_expect(crawl__hp_filter_has(p), 0)) {
         free_slow(p);
-        NO_TAIL(p);                      /* free's frame stays: the stack starts there */
+        NO_TAIL(p);                      /* the entry point's frame stays: the stack starts there */
         return;
     }
     real_free(p);
 }
+
+EXPORT void free(void *p) { release(p); }
 
 EXPORT void *calloc(size_t n, size_t size)
 {
@@ -456,23 +459,23 @@ EXPORT void *_ZnamSt11align_val_tRKSt9nothrow_t(size_t n, size_t a, const void *
     (void)t;
     return aligned(a, n ? n : 1, CALLER);
 }
-EXPORT void _ZdlPv(void *p) { free(p); }
-EXPORT void _ZdaPv(void *p) { free(p); }
-EXPORT void _ZdlPvm(void *p, size_t n) { (void)n; free(p); }
-EXPORT void _ZdaPvm(void *p, size_t n) { (void)n; free(p); }
-EXPORT void _ZdlPvRKSt9nothrow_t(void *p, const void *t) { (void)t; free(p); }
-EXPORT void _ZdaPvRKSt9nothrow_t(void *p, const void *t) { (void)t; free(p); }
-EXPORT void _ZdlPvSt11align_val_t(void *p, size_t a) { (void)a; free(p); }
-EXPORT void _ZdaPvSt11align_val_t(void *p, size_t a) { (void)a; free(p); }
-EXPORT void _ZdlPvmSt11align_val_t(void *p, size_t n, size_t a) { (void)n, (void)a; free(p); }
-EXPORT void _ZdaPvmSt11align_val_t(void *p, size_t n, size_t a) { (void)n, (void)a; free(p); }
+EXPORT void _ZdlPv(void *p) { release(p); }
+EXPORT void _ZdaPv(void *p) { release(p); }
+EXPORT void _ZdlPvm(void *p, size_t n) { (void)n; release(p); }
+EXPORT void _ZdaPvm(void *p, size_t n) { (void)n; release(p); }
+EXPORT void _ZdlPvRKSt9nothrow_t(void *p, const void *t) { (void)t; release(p); }
+EXPORT void _ZdaPvRKSt9nothrow_t(void *p, const void *t) { (void)t; release(p); }
+EXPORT void _ZdlPvSt11align_val_t(void *p, size_t a) { (void)a; release(p); }
+EXPORT void _ZdaPvSt11align_val_t(void *p, size_t a) { (void)a; release(p); }
+EXPORT void _ZdlPvmSt11align_val_t(void *p, size_t n, size_t a) { (void)n, (void)a; release(p); }
+EXPORT void _ZdaPvmSt11align_val_t(void *p, size_t n, size_t a) { (void)n, (void)a; release(p); }
 EXPORT void _ZdlPvSt11align_val_tRKSt9nothrow_t(void *p, size_t a, const void *t)
 {
     (void)a, (void)t;
-    free(p);
+    release(p);
 }
 EXPORT void _ZdaPvSt11align_val_tRKSt9nothrow_t(void *p, size_t a, const void *t)
 {
     (void)a, (void)t;
-    free(p);
+    release(p);
 }

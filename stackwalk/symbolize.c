@@ -1,9 +1,11 @@
 /* Symbolization through elfutils libdwfl: function, file:line, module,
  * from the process's one session (dwfl.c), under its lock. */
+#include <dlfcn.h>
 #include <elfutils/libdw.h>
 #include <elfutils/libdwfl.h>
 #include <errno.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "stackwalk/internal.h"
@@ -49,6 +51,34 @@ static char *stash(const char *s, char *buf, size_t len, size_t *used, int *full
     return d;
 }
 
+/* A C++ symbol's name as people read it ("operator new[](unsigned long)"),
+ * through the C++ runtime's demangler when the process has one loaded
+ * (every C++ program does; libcrawl itself is C and links none). malloc'd,
+ * or NULL: not a C++ name, or no demangler. Looked up until found (a C
+ * program may dlopen C++ code later). */
+typedef char *demangle_fn(const char *mangled, char *out, size_t *len, int *status);
+static _Atomic(demangle_fn *) demangler;
+
+static char *demangled(const char *name)
+{
+    if (!name || name[0] != '_' || name[1] != 'Z')
+        return NULL;
+    demangle_fn *d = atomic_load_explicit(&demangler, memory_order_acquire);
+    if (!d) {
+        d = (demangle_fn *)dlsym(RTLD_DEFAULT, "__cxa_demangle");
+        if (!d)
+            return NULL;
+        atomic_store_explicit(&demangler, d, memory_order_release);
+    }
+    int status = -1;
+    char *s = d(name, NULL, NULL, &status);
+    if (status != 0) {
+        free(s);
+        return NULL;
+    }
+    return s;
+}
+
 int crawl_symbolize(uintptr_t pc, crawl_symbol *out, char *buf, size_t len)
 {
     memset(out, 0, sizeof *out);
@@ -67,11 +97,18 @@ int crawl_symbolize(uintptr_t pc, crawl_symbol *out, char *buf, size_t len)
     dwfl_module_getelf(m, &bias);
     out->module = stash(mainfile ? mainfile : modname, buf, len, &used, &full);
     out->module_offset = pc - (uintptr_t)bias;
+    size_t fn_at = used;
     char *fn = stash(dwfl_module_addrname(m, pc), buf, len, &used, &full);
     /* "__libc_start_main@@GLIBC_2.34": the version is not part of the name */
     char *at = fn ? strchr(fn, '@') : NULL;
     if (at && at != fn)
         *at = '\0';
+    char *readable = demangled(fn);
+    if (readable && fn_at + strlen(readable) + 1 <= len) {   /* (else the mangled name stays) */
+        used = fn_at;
+        fn = stash(readable, buf, len, &used, &full);
+    }
+    free(readable);
     out->function = fn;
     int lineno = 0, col = 0;
     const char *file = NULL;

@@ -301,7 +301,7 @@ CRAWL_API int crawl_is_code(uintptr_t pc);
 /* ---- symbols and printing (not signal-safe: they allocate and lock) ----- */
 
 typedef struct crawl_symbol {
-    const char *function;               /* NULL if unknown */
+    const char *function;               /* NULL if unknown; C++ names demangled */
     const char *file;                   /* NULL without line info */
     int line, column;
     const char *module;                 /* path of the ELF module, NULL if none */
@@ -309,7 +309,12 @@ typedef struct crawl_symbol {
 } crawl_symbol;
 
 /* Symbolize pc through elfutils libdw; strings point into buf (len bytes).
- * 0, -ENOENT if pc is in no module, -ENOSPC if buf is too small. */
+ * 0, -ENOENT if pc is in no module, -ENOSPC if buf is too small. C++
+ * names come demangled ("operator new[](unsigned long)") through the
+ * process's own __cxa_demangle (libstdc++, loaded in every C++ program;
+ * libcrawl links none): in a process without it they stay mangled, as
+ * when the demangled name would not fit in buf. Symbol versions
+ * ("@@GLIBC_2.34") are cut. */
 CRAWL_API int crawl_symbolize(uintptr_t pc, crawl_symbol *out, char *buf, size_t len);
 
 /* One printable description of a frame, without the "#N" prefix: the

@@ -1,10 +1,11 @@
 #!/bin/sh
 # libcrawl-preload.so on real programs: with every allocation sampled they
 # run to completion with the same output and no report; a buggy program is
-# caught, with its three stacks, on every run.
-# usage: run.sh PRELOAD_LIB BUGGY_PROGRAM
+# caught, with its three stacks, on every run; so is its C++ twin, whose
+# stacks start at operator new[] and operator delete[] and read demangled.
+# usage: run.sh PRELOAD_LIB BUGGY_PROGRAM BUGGY_CXX_PROGRAM
 set -u
-lib=$1 buggy=$2
+lib=$1 buggy=$2 buggy_cxx=$3
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 fail=0 passed=0
@@ -62,8 +63,20 @@ for i in 1 2 3; do
         passed=$((passed + 1))
     fi
 done
+CRAWL_OPTIONS=gpa_sample_rate=1:gpa_max_allocations=4096 LD_PRELOAD=$lib "$buggy_cxx" >/dev/null 2>"$work/err"
+rc=$?
+if [ $rc -ne 139 ] ||
+   ! grep -A1 '^Use After Free at ' "$work/err" | grep -q '#0 .* in use_table(int const\*) .*buggy_cxx.cpp' ||
+   ! grep -A1 'was deallocated by' "$work/err" | grep -q '#0 .* in operator delete\[\](void\*) ' ||
+   ! grep -A2 'was deallocated by' "$work/err" | grep -q '#1 .* in drop_table(int\*) ' ||
+   ! grep -A1 'was allocated by' "$work/err" | grep -q '#0 .* in operator new\[\](unsigned long) ' ||
+   ! grep -A2 'was allocated by' "$work/err" | grep -q '#1 .* in make_table() '; then
+    echo "preload: the buggy C++ program was not caught as expected (rc $rc)"; cat "$work/err"; fail=1
+else
+    passed=$((passed + 1))
+fi
 if [ $fail -ne 0 ]; then
     echo "preload: 0 passed, 1 failed"
     exit 1
 fi
-echo "preload: $passed runs as expected (4 real programs, the buggy one 3 times): 1 passed, 0 failed"
+echo "preload: $passed runs as expected (4 real programs, the buggy one 3 times, its C++ twin): 1 passed, 0 failed"
