@@ -310,8 +310,8 @@ EXPORT void *realloc(void *p, size_t n)
         resolve();
     forget(p);
     void *q = real_realloc(p, n);
-    if (!q && n)
-        return recorded(p, n, caller), NULL;   /* p stays: record it again */
+    if (!q && n)                         /* p stays: record it again, at its own size */
+        return recorded(p, real_usable(p), caller), NULL;
     return recorded(q, n, caller);
 }
 
@@ -356,6 +356,10 @@ EXPORT void *valloc(size_t n)
 EXPORT void *pvalloc(size_t n)
 {
     size_t page = (size_t)sysconf(_SC_PAGESIZE);
+    if (n > SIZE_MAX - (page - 1)) {     /* rounded up, it would wrap to 0 */
+        errno = ENOMEM;
+        return NULL;
+    }
     return aligned(page, (n + page - 1) & ~(page - 1), __builtin_return_address(0));
 }
 

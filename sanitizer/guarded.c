@@ -311,7 +311,19 @@ void *crawl__gpa_allocate_from(size_t size, size_t alignment, const crawl_regs *
     return allocate(size, alignment, from);
 }
 
+static void *allocate_in(size_t size, size_t alignment, const crawl_regs *from);
+
+/* errno as the caller left it: a sample's capture and symbolization reach
+ * files and libdw, and a program's malloc must not change errno */
 static void *allocate(size_t size, size_t alignment, const crawl_regs *from)
+{
+    int e = errno;
+    void *p = allocate_in(size, alignment, from);
+    errno = e;
+    return p;
+}
+
+static void *allocate_in(size_t size, size_t alignment, const crawl_regs *from)
 {
     if (alignment == 0)
         alignment = 16;
@@ -421,7 +433,16 @@ void crawl__gpa_deallocate_from(void *p, const crawl_regs *from)
 
 /* The free stack starts at the caller of the frame whose registers are
  * *from. */
+static void deallocate_in(void *p, const crawl_regs *from);
+
 static void deallocate(void *p, const crawl_regs *from)
+{
+    int e = errno;
+    deallocate_in(p, from);
+    errno = e;
+}
+
+static void deallocate_in(void *p, const crawl_regs *from)
 {
     if (!crawl_gpa_owns(p) || in_arena((uintptr_t)p))
         return;                          /* a report arena block: never reused */

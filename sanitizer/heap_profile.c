@@ -253,6 +253,7 @@ static long next_interval(unsigned long n)
 static void record(const void *p, size_t size, uintptr_t caller, const crawl_regs *from,
                    int sample)
 {
+    int was_errno = errno;               /* a hook leaves errno as the allocator set it */
     inside = 1;
     const san_options *o = san_opts();
     hp_entry e = {.ptr = (uintptr_t)p, .size = size, .caller = caller,
@@ -262,6 +263,7 @@ static void record(const void *p, size_t size, uintptr_t caller, const crawl_reg
     if (insert(&e) != 0)
         atomic_fetch_add_explicit(&dropped, 1, memory_order_relaxed);
     inside = 0;
+    errno = was_errno;
 }
 
 /* Sampled mode, the countdown ran out: 1 if this allocation is a sample.

@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #include <crawl/guarded.h>
@@ -27,6 +28,7 @@ typedef struct scan {
     uintptr_t lo, hi;                   /* the chunks' span: a quick first test */
     uintptr_t skip[HP_SHARDS + 2][2];   /* crawl's own tables of chunk addresses, the pool's slots */
     size_t nskip;
+    int vanishing;                      /* 1: ranges that may be unmapped under the scan */
 } scan;
 
 static int by_ptr(const void *a, const void *b)
@@ -70,12 +72,67 @@ static void scan_range(scan *s, uintptr_t lo, uintptr_t hi, int to)
     scan_words(s, lo, hi, to);
 }
 
+/* Ranges this long or longer, and every range of other threads' stacks and
+ * of the anonymous mappings, are read through the kernel (read_safe): a
+ * large chunk is a mapping of its own that another thread's free unmaps,
+ * and another thread's stack goes when it exits, while the check runs.
+ * Short chunks (inside malloc's heaps) are read in place. */
+#define SAFE_READ_MIN (64u << 10)
+static int safe_reads = 1;              /* 0: process_vm_readv refused (seccomp) */
+
+/* Copy [a, a + n) into buf through process_vm_readv on this process: the
+ * bytes up to the first page that is gone, instead of a fault. -1 when the
+ * kernel refuses the call itself. */
+static ssize_t read_safe(void *buf, uintptr_t a, size_t n)
+{
+    struct iovec l = {buf, n}, r = {(void *)a, n};
+    ssize_t got = process_vm_readv(getpid(), &l, 1, &r, 1, 0);
+    if (got < 0 && errno != EFAULT)
+        return -1;
+    return got < 0 ? 0 : got;
+}
+
+static void scan_buf(scan *s, const uintptr_t *ws, size_t n, uintptr_t self, uintptr_t hi,
+                     int to);
+
 static void scan_words(scan *s, uintptr_t lo, uintptr_t hi, int to)
 {
+    uintptr_t self = lo;
     lo = (lo + sizeof(uintptr_t) - 1) & ~(uintptr_t)(sizeof(uintptr_t) - 1);
-    for (uintptr_t a = lo; a + sizeof(uintptr_t) <= hi; a += sizeof(uintptr_t)) {
+    if (hi <= lo)
+        return;
+    size_t words = (hi - lo) / sizeof(uintptr_t);
+    if ((hi - lo >= SAFE_READ_MIN || s->vanishing) && safe_reads) {
+        uintptr_t buf[2048];
+        for (uintptr_t a = lo; a < lo + words * sizeof(uintptr_t);) {
+            size_t want = lo + words * sizeof(uintptr_t) - a;
+            want = want < sizeof buf ? want : sizeof buf;
+            ssize_t got = read_safe(buf, a, want);
+            if (got < 0) {
+                safe_reads = 0;          /* refused: read in place from here on */
+                scan_words(s, a, hi, to);
+                return;
+            }
+            scan_buf(s, buf, (size_t)got / sizeof(uintptr_t), self, hi, to);
+            if ((size_t)got < want)      /* a page gone: go on at the next one */
+                a = ((a + (size_t)got) | 4095) + 1;
+            else
+                a += want;
+        }
+        return;
+    }
+    scan_buf(s, (const uintptr_t *)lo, words, self, hi, to);
+}
+
+static void scan_buf(scan *s, const uintptr_t *ws, size_t n, uintptr_t self, uintptr_t hi,
+                     int to)
+{
+    for (size_t i = 0; i < n; i++) {
         uintptr_t w;
-        memcpy(&w, (const void *)a, sizeof w);
+        memcpy(&w, &ws[i], sizeof w);
+        if (to == INDIRECT && w - self < hi - self)
+            continue;                    /* a leaked chunk's pointer to itself does not make
+                                            it an indirect leak (LSan's rule) */
         long k = chunk_of(s, w);
         if (k < 0 || s->mark[k] == REACHABLE || (to == INDIRECT && s->mark[k] == INDIRECT))
             continue;
@@ -259,8 +316,10 @@ static __attribute__((noinline)) void scan_roots(scan *s)
     scan_own_tls(s);
     thread_scan ts = {.s = s};
     read_maps(&ts.m);
+    s->vanishing = 1;                    /* other threads' stacks, mappings read a moment ago */
     crawl__threads_foreach_locked(scan_thread, &ts);
     scan_anonymous(s, &ts.m, (uintptr_t)__builtin_frame_address(0));
+    s->vanishing = 0;
     free(ts.m.r);
     dl_iterate_phdr(scan_module, s);
 }

@@ -8,6 +8,7 @@
  * Every entry written is remembered with its old value: uninstall puts each
  * back exactly. */
 #include <dlfcn.h>
+#include <malloc.h>
 #include <elf.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -54,7 +55,9 @@ static void *h_realloc(void *old, size_t n)
 {
     crawl_heap_profile_on_free(old);
     void *p = ((void *(*)(void *, size_t))real[F_REALLOC])(old, n);
-    crawl_heap_profile_on_alloc(p ? p : n ? old : NULL, n, CALLER);
+    /* failed: old stays, at its own size */
+    crawl_heap_profile_on_alloc(p ? p : n ? old : NULL, p ? n : old ? malloc_usable_size(old) : 0,
+                                CALLER);
     return p;
 }
 static void h_free(void *p)
