@@ -436,23 +436,57 @@ EXPORT void *mremap(void *old, size_t old_len, size_t len, int flags, ...)
     return p;
 }
 
-/* ---- the C++ operators (their mangled names; failure aborts, as a new
- * without a new_handler would end the program) ------------------------------------------- */
+/* ---- the C++ operators (their mangled names) ------------------------------------------------ */
 
-static void *must(void *p)
+/* A throwing operator new that got nothing, as the C++ runtime's own
+ * would go on: call the new_handler while there is one (it may free
+ * memory, throw or end the program) and try again, then throw
+ * std::bad_alloc. Both through libstdc++ (std::get_new_handler,
+ * std::__throw_bad_alloc), found with dlsym: a program that calls
+ * operator new has it loaded. The exception unwinds through this C frame
+ * by its CFI. Without libstdc++: abort. */
+typedef void (*new_handler_fn)(void);
+__attribute__((noinline)) static void *new_failed(size_t n, size_t alignment,
+                                                   const void *caller)
 {
-    if (!p)
-        abort();
-    return p;
+    for (;;) {
+        new_handler_fn (*get)(void) =
+            (new_handler_fn(*)(void))dlsym(RTLD_DEFAULT, "_ZSt15get_new_handlerv");
+        new_handler_fn h = get ? get() : NULL;
+        if (!h) {
+            void (*throw_bad_alloc)(void) =
+                (void (*)(void))dlsym(RTLD_DEFAULT, "_ZSt17__throw_bad_allocv");
+            if (throw_bad_alloc)
+                throw_bad_alloc();
+            abort();
+        }
+        h();
+        void *p = alignment ? aligned(alignment, n, caller) : ALLOC(n, caller);
+        if (p)
+            return p;
+    }
 }
 
+/* The throwing forms: p, or what new_failed makes of its failure */
+#define MUST(p, n, alignment, caller)                                                          \
+    ({                                                                                         \
+        void *must_p_ = (p);                                                                   \
+        __builtin_expect(must_p_ != NULL, 1) ? must_p_ : new_failed((n), (alignment), (caller)); \
+    })
+
 #define CALLER __builtin_return_address(0)
-EXPORT void *_Znwm(size_t n) { return must(ALLOC(n ? n : 1, CALLER)); }
-EXPORT void *_Znam(size_t n) { return must(ALLOC(n ? n : 1, CALLER)); }
+EXPORT void *_Znwm(size_t n) { return MUST(ALLOC(n ? n : 1, CALLER), n ? n : 1, 0, CALLER); }
+EXPORT void *_Znam(size_t n) { return MUST(ALLOC(n ? n : 1, CALLER), n ? n : 1, 0, CALLER); }
 EXPORT void *_ZnwmRKSt9nothrow_t(size_t n, const void *t) { (void)t; return ALLOC(n ? n : 1, CALLER); }
 EXPORT void *_ZnamRKSt9nothrow_t(size_t n, const void *t) { (void)t; return ALLOC(n ? n : 1, CALLER); }
-EXPORT void *_ZnwmSt11align_val_t(size_t n, size_t a) { return must(aligned(a, n ? n : 1, CALLER)); }
-EXPORT void *_ZnamSt11align_val_t(size_t n, size_t a) { return must(aligned(a, n ? n : 1, CALLER)); }
+EXPORT void *_ZnwmSt11align_val_t(size_t n, size_t a)
+{
+    return MUST(aligned(a, n ? n : 1, CALLER), n ? n : 1, a, CALLER);
+}
+EXPORT void *_ZnamSt11align_val_t(size_t n, size_t a)
+{
+    return MUST(aligned(a, n ? n : 1, CALLER), n ? n : 1, a, CALLER);
+}
 EXPORT void *_ZnwmSt11align_val_tRKSt9nothrow_t(size_t n, size_t a, const void *t)
 {
     (void)t;
