@@ -224,8 +224,18 @@ static const struct {
 
 typedef struct slot {
     uintptr_t *at;
-    uintptr_t old;
+    uintptr_t old, hook;                /* the value found, the value stored */
 } slot;
+
+/* A module looked at, by load address; probe: one of its hooked entries
+ * (NULL: none), which still holds hook while this load of it lives. A
+ * module unloaded and another (or the same) loaded at its address has
+ * other values there: it is looked at afresh. */
+typedef struct seen_module {
+    uintptr_t base;
+    uintptr_t *probe;
+    uintptr_t hook;
+} seen_module;
 
 static pthread_mutex_t hooks_lock = PTHREAD_MUTEX_INITIALIZER;
 static int installed;
@@ -233,7 +243,7 @@ static regex_t include_re, ignore_re;
 static int have_ignore;
 static slot *slots;
 static size_t nslots, slots_cap;
-static uintptr_t *seen;                 /* load biases of modules looked at */
+static seen_module *seen;
 static size_t nseen, seen_cap;
 
 static int grow(void **arr, size_t *cap, size_t n, size_t size)
@@ -329,7 +339,7 @@ static void hook_module(struct dl_phdr_info *info)
                 if (old == (uintptr_t)table[f].hook)
                     break;               /* (listed twice) */
                 if (store(at, (uintptr_t)table[f].hook, info) == 0)
-                    slots[nslots++] = (slot){at, old};
+                    slots[nslots++] = (slot){at, old, (uintptr_t)table[f].hook};
                 break;
             }
         }
@@ -339,23 +349,82 @@ static void hook_module(struct dl_phdr_info *info)
     close(fd);
 }
 
-static int scan_one(struct dl_phdr_info *info, size_t size, void *arg)
+/* 1 if p lies in one of the module's loaded segments (it can be read) */
+static int covers(const struct dl_phdr_info *info, const void *p)
 {
-    (void)size, (void)arg;
-    for (size_t i = 0; i < nseen; i++)
-        if (seen[i] == info->dlpi_addr)
-            return 0;
-    if (grow((void **)&seen, &seen_cap, nseen, sizeof *seen) != 0)
-        return 1;
-    seen[nseen++] = info->dlpi_addr;
-    hook_module(info);
+    for (int i = 0; i < info->dlpi_phnum; i++) {
+        const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
+        uintptr_t a = info->dlpi_addr + ph->p_vaddr;
+        if (ph->p_type == PT_LOAD && (uintptr_t)p >= a && (uintptr_t)p - a < ph->p_memsz)
+            return 1;
+    }
     return 0;
 }
 
-/* Hook the modules not looked at yet (under hooks_lock). */
+static int scan_one(struct dl_phdr_info *info, size_t size, void *arg)
+{
+    (void)size, (void)arg;
+    seen_module *m = NULL;
+    for (size_t i = 0; i < nseen && !m; i++)
+        if (seen[i].base == info->dlpi_addr)
+            m = &seen[i];
+    if (m && m->probe && covers(info, m->probe) &&
+        __atomic_load_n(m->probe, __ATOMIC_RELAXED) == m->hook)
+        return 0;                        /* hooked, and the same load of it */
+    if (!m) {
+        if (grow((void **)&seen, &seen_cap, nseen, sizeof *seen) != 0)
+            return 1;
+        m = &seen[nseen++];
+        m->base = info->dlpi_addr;
+    }
+    size_t first = nslots;
+    hook_module(info);                   /* (a module without hooks is read again next time) */
+    m->probe = nslots > first ? slots[first].at : NULL;
+    m->hook = nslots > first ? slots[first].hook : 0;
+    return 0;
+}
+
+/* Whether a slot's entry is still there, in a loaded module, holding the
+ * hook we stored (else its module was unloaded, whatever sits at its
+ * address now is not ours to write). */
+typedef struct slot_check {
+    const slot *s;
+    int live;
+} slot_check;
+
+static int check_one(struct dl_phdr_info *info, size_t size, void *arg)
+{
+    (void)size;
+    slot_check *c = arg;
+    if (!covers(info, c->s->at))
+        return 0;
+    c->live = __atomic_load_n(c->s->at, __ATOMIC_RELAXED) == c->s->hook;
+    return 1;
+}
+
+static int slot_live(const slot *s)
+{
+    slot_check c = {s, 0};
+    dl_iterate_phdr(check_one, &c);
+    return c.live;
+}
+
+/* Forget the entries of modules unloaded since (under hooks_lock) */
+static void prune_slots(void)
+{
+    size_t k = 0;
+    for (size_t i = 0; i < nslots; i++)
+        if (slot_live(&slots[i]))
+            slots[k++] = slots[i];
+    nslots = k;
+}
+
+/* Hook the modules not looked at yet, or loaded again since (under
+ * hooks_lock). */
 static void scan_all(void)
 {
     int was = hp_inside_enter();         /* libelf's allocations are crawl's */
+    prune_slots();
     dl_iterate_phdr(scan_one, NULL);
     hp_inside_leave(was);
 }
@@ -404,15 +473,11 @@ static int restore_one(struct dl_phdr_info *info, size_t size, void *arg)
 {
     (void)size;
     const slot *s = arg;
-    for (int i = 0; i < info->dlpi_phnum; i++) {
-        const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
-        uintptr_t a = info->dlpi_addr + ph->p_vaddr;
-        if (ph->p_type == PT_LOAD && (uintptr_t)s->at >= a && (uintptr_t)s->at < a + ph->p_memsz) {
-            store(s->at, s->old, info);
-            return 1;
-        }
-    }
-    return 0;
+    if (!covers(info, s->at))
+        return 0;
+    if (__atomic_load_n(s->at, __ATOMIC_RELAXED) == s->hook)
+        store(s->at, s->old, info);      /* (else not ours: another module's, loaded since) */
+    return 1;
 }
 
 void crawl_heap_hooks_uninstall(void)
@@ -434,6 +499,7 @@ void crawl_heap_hooks_uninstall(void)
 size_t crawl_heap_hooks_count(void)
 {
     pthread_mutex_lock(&hooks_lock);
+    prune_slots();                       /* (entries of modules unloaded since do not count) */
     size_t n = nslots;
     pthread_mutex_unlock(&hooks_lock);
     return n;

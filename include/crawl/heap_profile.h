@@ -204,10 +204,14 @@ static inline __attribute__((always_inline)) void crawl_heap_profile_on_free(con
  * async-signal-safe. Limits: a dlopen made through the hook resolves a
  * relative name with libcrawl's search path, not its caller's. */
 CRAWL_API int crawl_heap_hooks_install(const char *include, const char *ignore);
-/* Put back every GOT entry written, exactly its old value (entries of
- * modules unloaded meanwhile are skipped). Thread-safe. */
+/* Put back every GOT entry written, exactly its old value. Entries of
+ * modules unloaded meanwhile are skipped, and so is any entry that no
+ * longer holds crawl's hook (another module loaded at that address since:
+ * its memory is left alone). A hooked module unloaded and loaded again is
+ * hooked again at the next scan (install, a hooked dlopen). Thread-safe. */
 CRAWL_API void crawl_heap_hooks_uninstall(void);
-/* How many GOT entries point at crawl's hooks now. Thread-safe. */
+/* How many GOT entries point at crawl's hooks now (those of modules
+ * unloaded since are forgotten). Thread-safe. */
 CRAWL_API size_t crawl_heap_hooks_count(void);
 
 typedef struct crawl_heap_totals {

@@ -1,13 +1,18 @@
 /* Run-time GOT hooks (crawl_heap_hooks_install): a library loaded before
  * install and one loaded after are hooked, an ignored one is not, and
  * uninstall puts every GOT entry back exactly (malloc's address as each
- * library sees it through its GOT is the original again). */
+ * library sees it through its GOT is the original again); a library
+ * reloaded is hooked again, and one that took an unloaded library's place
+ * is left alone. */
+#define _GNU_SOURCE
 #include "../support.h"
 
 #include <crawl/heap_profile.h>
 #include <crawl/sanitizer.h>
 
 #include <dlfcn.h>
+#include <link.h>
+#include <string.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -119,6 +124,100 @@ static void test_dlopen_from_hooked_module(void **state)
     dlclose(d.h);
 }
 
+/* A hooked library unloaded and loaded again (at the same address, as the
+ * loader reuses the hole) is hooked again: it is another load. Once a
+ * list of load addresses said "looked at already". */
+static void test_reloaded_module_is_hooked_again(void **state)
+{
+    (void)state;
+    lib d, e;
+    open_lib(&d, PLT_LIB_D, "d");
+    void *original = d.malloc_address();
+    assert_int_equal(crawl_heap_hooks_install("libplt_(d|e)", NULL), 0);
+    void *(*open_via_d)(const char *, int) =
+        (void *(*)(const char *, int))dlsym(d.h, "plt_d_dlopen");
+    for (int round = 0; round < 2; round++) {
+        e.h = open_via_d(PLT_LIB_E, RTLD_NOW | RTLD_LOCAL);   /* through d's hooked GOT */
+        assert_non_null(e.h);
+        *(void **)&e.alloc = dlsym(e.h, "plt_e_alloc");
+        *(void **)&e.free = dlsym(e.h, "plt_e_free");
+        *(void **)&e.malloc_address = dlsym(e.h, "plt_e_malloc_address");
+        assert_ptr_not_equal(e.malloc_address(), original);   /* hooked */
+        size_t before = live();
+        void *p = e.alloc(41);
+        assert_int_equal(live(), before + 1);
+        e.free(p);
+        assert_int_equal(live(), before);
+        dlclose(e.h);
+    }
+    crawl_heap_hooks_uninstall();
+    assert_ptr_equal(d.malloc_address(), original);
+    dlclose(d.h);
+}
+
+typedef struct span {
+    uintptr_t base, lo[8], hi[8];
+    int n;
+} span;
+
+static int writable_of(struct dl_phdr_info *info, size_t size, void *arg)
+{
+    (void)size;
+    span *sp = arg;
+    if (info->dlpi_addr != sp->base)
+        return 0;
+    for (int i = 0; i < info->dlpi_phnum && sp->n < 8; i++) {
+        const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
+        if (ph->p_type == PT_LOAD && (ph->p_flags & PF_W)) {
+            sp->lo[sp->n] = info->dlpi_addr + ph->p_vaddr;
+            sp->hi[sp->n++] = info->dlpi_addr + ph->p_vaddr + ph->p_memsz;
+        }
+    }
+    return 1;
+}
+
+/* Uninstall after a hooked library was unloaded and another took its
+ * address: the other's memory stays as it is. Once the old entries' values
+ * were written back there, into whatever lay at those addresses. */
+static void test_uninstall_spares_whatever_took_the_place(void **state)
+{
+    (void)state;
+    lib c;
+    open_lib(&c, PLT_LIB_C, "c");
+    Dl_info di;
+    assert_true(dladdr((void *)c.alloc, &di) != 0);
+    uintptr_t c_base = (uintptr_t)di.dli_fbase;
+    assert_int_equal(crawl_heap_hooks_install("libplt_c", NULL), 0);
+    assert_true(crawl_heap_hooks_count() >= 3);
+    dlclose(c.h);
+    assert_int_equal(crawl_heap_hooks_count(), 0);   /* its entries are gone with it */
+    void *o = dlopen(PLT_LIB_OTHER, RTLD_NOW | RTLD_LOCAL);
+    assert_non_null(o);
+    assert_true(dladdr(dlsym(o, "plt_other_sum"), &di) != 0);
+    if ((uintptr_t)di.dli_fbase != c_base) {
+        crawl_heap_hooks_uninstall();
+        dlclose(o);
+        print_message("the other library did not load at the same address: nothing to test\n");
+        skip();
+    }
+    struct link_map *lm = NULL;
+    assert_int_equal(dlinfo(o, RTLD_DI_LINKMAP, &lm), 0);
+    span sp = {.base = lm->l_addr};
+    dl_iterate_phdr(writable_of, &sp);
+    assert_true(sp.n > 0);
+    char *copy[8];
+    for (int i = 0; i < sp.n; i++) {
+        copy[i] = malloc(sp.hi[i] - sp.lo[i]);
+        memcpy(copy[i], (void *)sp.lo[i], sp.hi[i] - sp.lo[i]);
+    }
+    crawl_heap_hooks_uninstall();
+    for (int i = 0; i < sp.n; i++) {
+        assert_memory_equal(copy[i], (void *)sp.lo[i], sp.hi[i] - sp.lo[i]);
+        free(copy[i]);
+    }
+    dlclose(o);
+}
+
 /* The mapping functions are a table apart: hooked only with
  * heap_profile_mmap=1, and put back exactly too. */
 static void test_mapping_hooks(void **state)
@@ -182,6 +281,8 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_hooks),
         cmocka_unit_test(test_dlopen_from_hooked_module),
+        cmocka_unit_test(test_reloaded_module_is_hooked_again),
+        cmocka_unit_test(test_uninstall_spares_whatever_took_the_place),
         cmocka_unit_test(test_mapping_hooks),
         cmocka_unit_test(test_bad_arguments),
     };
