@@ -124,6 +124,12 @@ static void scan_words(scan *s, uintptr_t lo, uintptr_t hi, int to)
     scan_buf(s, (const uintptr_t *)lo, words, self, hi, to);
 }
 
+/* Values held outside memory (another thread's registers): roots. */
+static void scan_words_of(scan *s, const uintptr_t *v, size_t n)
+{
+    scan_buf(s, v, n, 0, 0, REACHABLE);
+}
+
 static void scan_buf(scan *s, const uintptr_t *ws, size_t n, uintptr_t self, uintptr_t hi,
                      int to)
 {
@@ -216,14 +222,36 @@ static void read_maps(maps *m)
  * freed memory there holds stale pointers. The recorded chunks themselves
  * are left out (scanned when reached: a large chunk is a mapping of its
  * own, which the kernel may merge with its neighbours, a Python arena say),
- * and so is the calling thread's stack (scanned from its stack pointer). */
+ * and so are the calling thread's stack and the other attached threads'
+ * (scanned from their stack pointers). */
 #define SMALL_CHUNK (128u << 10)
-static void scan_anonymous(scan *s, const maps *m, uintptr_t own_sp)
+typedef struct other_thread {
+    pid_t tid;
+    uintptr_t lo, hi;                   /* its stack, [lo, hi) */
+} other_thread;
+
+typedef struct thread_list {
+    other_thread *t;
+    size_t n, cap;
+} thread_list;
+
+static int other_stack(const thread_list *l, uintptr_t lo, uintptr_t hi)
+{
+    for (size_t i = 0; i < l->n; i++)
+        if (l->t[i].lo < hi && l->t[i].hi > lo)
+            return 1;
+    return 0;
+}
+
+static void scan_anonymous(scan *s, const maps *m, uintptr_t own_sp,
+                           const thread_list *threads)
 {
     for (size_t i = 0; i < m->n; i++) {
         uintptr_t lo = m->r[i][0], hi = m->r[i][1];
         if (m->r[i][2] != 1 || (own_sp >= lo && own_sp < hi) || hi - lo > (4ul << 30))
             continue;                    /* (4 GiB and more: reserved space, a sanitizer's shadow) */
+        if (other_stack(threads, lo, hi))
+            continue;                    /* scanned from its stack pointer (scan_other_thread) */
         if (crawl_gpa_owns((const void *)lo))
             continue;                    /* the guarded pool: its chunks are scanned when reached,
                                             and a slot freed since the maps were read faults */
@@ -255,22 +283,58 @@ static void scan_anonymous(scan *s, const maps *m, uintptr_t own_sp)
     }
 }
 
-typedef struct thread_scan {
-    scan *s;
-    maps m;
-} thread_scan;
-
-static void scan_thread(crawl__thread *th, void *arg)
+static void list_thread(crawl__thread *th, void *arg)
 {
-    thread_scan *ts = arg;
-    if (th == crawl__self())
+    thread_list *l = arg;
+    if (th == crawl__self() || l->n == l->cap)
         return;
-    /* another thread: the mapped part of its stack (its static TLS is at the top) */
-    for (size_t i = 0; i < ts->m.n; i++) {
-        uintptr_t lo = ts->m.r[i][0] > th->stack_lo ? ts->m.r[i][0] : th->stack_lo;
-        uintptr_t hi = ts->m.r[i][1] < th->stack_hi ? ts->m.r[i][1] : th->stack_hi;
-        if (lo < hi)
-            scan_range(ts->s, lo, hi, REACHABLE);
+    l->t[l->n++] = (other_thread){th->tid, th->stack_lo, th->stack_hi};
+}
+
+/* Where another thread was when its walk signal came: its stack pointer and
+ * callee-saved registers (the caller-saved ones hold nothing a blocked
+ * thread keeps across the call it waits in). */
+typedef struct thread_at {
+    int got;
+    uintptr_t sp;
+    uintptr_t regs[8];
+} thread_at;
+
+static crawl_action first_frame(const crawl_cf *cf, void *arg)
+{
+    thread_at *at = arg;
+    const crawl_regs *r = crawl_cf_regs(cf);
+    at->got = 1;
+    at->sp = crawl_cf_sp(cf);
+    if (r) {
+        uintptr_t v[8] = {r->ip, r->sp, r->fp, r->bx, r->r12, r->r13, r->r14, r->r15};
+        memcpy(at->regs, v, sizeof v);
+    }
+    return CRAWL_ABORT;
+}
+
+/* Another attached thread: its registers, and its stack from its stack
+ * pointer up (its static TLS is at the top), as LeakSanitizer scans: what
+ * lies below the stack pointer is dead, and stale copies of a chunk's
+ * address there (a deep call that returned) would hide its leak. When the
+ * thread does not answer (signals blocked, gone), its whole mapped stack. */
+#define LEAK_WALK_TIMEOUT_MS 200
+#define RED_ZONE 128                    /* the x86-64 ABI's: below sp, still live */
+static void scan_other_thread(scan *s, const other_thread *t, const maps *m)
+{
+    thread_at at = {0};
+    uintptr_t lo = t->lo;
+    int rc = crawl_walk_thread_timeout(t->tid, first_frame, &at, CRAWL_WALK_FAST,
+                                       LEAK_WALK_TIMEOUT_MS);
+    if (rc >= 0 && at.got && at.sp - RED_ZONE >= t->lo && at.sp < t->hi) {
+        scan_words_of(s, at.regs, sizeof at.regs / sizeof at.regs[0]);
+        lo = at.sp - RED_ZONE;
+    }
+    for (size_t i = 0; i < m->n; i++) {   /* the mapped part of [lo, hi) */
+        uintptr_t a = m->r[i][0] > lo ? m->r[i][0] : lo;
+        uintptr_t b = m->r[i][1] < t->hi ? m->r[i][1] : t->hi;
+        if (a < b)
+            scan_range(s, a, b, REACHABLE);
     }
 }
 
@@ -314,13 +378,19 @@ static __attribute__((noinline)) void scan_roots(scan *s)
     __builtin_unwind_init();             /* callee-saved registers into this frame */
     scan_own_stack(s);
     scan_own_tls(s);
-    thread_scan ts = {.s = s};
-    read_maps(&ts.m);
+    maps m = {0};
+    read_maps(&m);
+    thread_list l = {.cap = 4096};
+    l.t = malloc(l.cap * sizeof *l.t);
+    if (l.t)
+        crawl__threads_foreach_locked(list_thread, &l);
     s->vanishing = 1;                    /* other threads' stacks, mappings read a moment ago */
-    crawl__threads_foreach_locked(scan_thread, &ts);
-    scan_anonymous(s, &ts.m, (uintptr_t)__builtin_frame_address(0));
+    for (size_t i = 0; i < l.n; i++)     /* (walks take the registry's lock: outside it) */
+        scan_other_thread(s, &l.t[i], &m);
+    scan_anonymous(s, &m, (uintptr_t)__builtin_frame_address(0), &l);
     s->vanishing = 0;
-    free(ts.m.r);
+    free(l.t);
+    free(m.r);
     dl_iterate_phdr(scan_module, s);
 }
 

@@ -247,12 +247,18 @@ CRAWL_API crawl_heap_format crawl_heap_format_for(const char *path);
  * every attached thread) are scanned conservatively for pointers into
  * recorded chunks, then the chunks reached, transitively. A chunk not
  * reached is a leak: "direct" when no other leaked chunk points to it,
- * "indirect" otherwise. The report, grouped by allocation stack, goes to
- * fd (-1: the sanitizer's log_path), in LeakSanitizer's wording ("Direct
- * leak of N byte(s) in M object(s) allocated from:", "SUMMARY: ..."). The
- * number of leaked objects, or a negative errno value. Threads crawl does
- * not know are not scanned: run it when they are gone or idle (at exit).
- * Not async-signal-safe; thread-safe. */
+ * "indirect" otherwise (a chunk's pointers to itself do not count). Other
+ * attached threads give their stack pointer and callee-saved registers
+ * through crawl's walk signal (crawl_walk_thread; one that does not answer
+ * within 200 ms has its whole stack scanned). They are not stopped while
+ * the scan runs: memory they may unmap meanwhile is read through
+ * process_vm_readv, never faulting. The report, grouped by allocation
+ * stack, goes to fd (-1: the sanitizer's log_path), in LeakSanitizer's
+ * wording ("Direct leak of N byte(s) in M object(s) allocated from:",
+ * "SUMMARY: ..."). The number of leaked objects, or a negative errno
+ * value. Threads crawl does not know have their stacks scanned whole as
+ * anonymous memory and no registers: run it when they are gone or idle
+ * (at exit). Allocates; not async-signal-safe; thread-safe. */
 CRAWL_API long crawl_leak_check(int fd);
 
 #ifdef __cplusplus

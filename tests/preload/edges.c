@@ -3,7 +3,10 @@
  * check then scanned far past it and crashed) and lost errno; pvalloc of
  * nearly SIZE_MAX wrapped to a small block; a leaked chunk that points to
  * itself was called an indirect leak; the check crashed when another
- * thread unmapped a large chunk while it ran. Linked against
+ * thread unmapped a large chunk while it ran; a parked thread's registers
+ * were not read (a chunk only there was called leaked) and its stack was
+ * read whole, below its stack pointer too (a stale copy of a leaked
+ * chunk's address there hid the leak). Linked against
  * libcrawl-preload.so, run with CRAWL_OPTIONS=heap_profile=1:gpa_sample_rate=0. */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -20,7 +23,10 @@
 #include <unistd.h>
 #include <cmocka.h>
 
+#include <crawl/frames.h>
 #include <crawl/heap_profile.h>
+#include <linux/futex.h>
+#include <sys/syscall.h>
 
 static size_t live_bytes(void)
 {
@@ -90,10 +96,14 @@ __attribute__((noinline)) static void leak_ring(void)
     n = NULL;
 }
 
+/* Zero the stack below the caller (volatile stores: a memset of a dying
+ * array would be removed, and the call with it) */
 __attribute__((noinline)) static void scrub(void)
 {
-    volatile char junk[16384];
-    memset((char *)junk, 0, sizeof junk);
+    volatile char junk[32768];
+    for (size_t i = 0; i < sizeof junk; i++)
+        junk[i] = 0;
+    __asm__ volatile("" : : "r"(junk) : "memory");
 }
 
 static void test_self_pointer_is_a_direct_leak(void **state)
@@ -138,6 +148,133 @@ static void test_check_while_chunks_come_and_go(void **state)
         assert_int_equal(pthread_join(t[i], NULL), 0);
 }
 
+/* ---- other threads, parked -------------------------------------------------------------- */
+
+static atomic_int gate;                  /* 1: the parked threads go on */
+static atomic_int parked;
+
+static void wait_gate(void)
+{
+    atomic_fetch_add(&parked, 1);
+    while (!atomic_load(&gate))
+        syscall(SYS_futex, &gate, FUTEX_WAIT_PRIVATE, 0, NULL, NULL, 0);
+}
+
+static void open_gate(pthread_t t)
+{
+    atomic_store(&gate, 1);
+    syscall(SYS_futex, &gate, FUTEX_WAKE_PRIVATE, 64, NULL, NULL, 0);
+    assert_int_equal(pthread_join(t, NULL), 0);
+    atomic_store(&gate, 0);
+    atomic_store(&parked, 0);
+}
+
+static void wait_parked(void)
+{
+    while (atomic_load(&parked) == 0)
+        usleep(1000);
+    usleep(20000);                       /* into its futex wait */
+}
+
+/* A leak made in a deep call, whose frame kept copies of the address,
+ * then the thread parks in a shallower one: the copies lie below its stack
+ * pointer, dead. */
+static uintptr_t deep_hidden;
+
+__attribute__((noinline)) static void leak_deep(void)
+{
+    volatile uintptr_t copies[1024];
+    void *p = malloc(100);
+    deep_hidden = (uintptr_t)p ^ HIDE;
+    for (int i = 0; i < 1024; i++)
+        copies[i] = (uintptr_t)p;
+    __asm__ volatile("" : : "r"(copies) : "memory");
+}
+
+/* a frame of its own 4 KiB deep, so that leak_deep's lies well below
+ * where the thread parks */
+__attribute__((noinline)) static void leak_deeper(void)
+{
+    volatile char pad[4096];
+    pad[0] = 1;
+    leak_deep();
+    __asm__ volatile("" : : "r"(pad) : "memory");
+}
+
+static void *leaker(void *arg)
+{
+    (void)arg;
+    assert_int_equal(crawl_thread_attach(), 0);
+    leak_deeper();
+    wait_gate();
+    crawl_thread_detach();
+    return NULL;
+}
+
+static void test_dead_stack_below_sp_hides_nothing(void **state)
+{
+    (void)state;
+    pthread_t t;
+    assert_int_equal(pthread_create(&t, NULL, leaker, NULL), 0);
+    wait_parked();
+    check_into_report();
+    if (!strstr(report, "Direct leak of 100 byte(s) in 1 object(s)"))
+        print_message("%s", report);
+    assert_non_null(strstr(report, "Direct leak of 100 byte(s) in 1 object(s)"));
+    open_gate(t);
+    free((void *)(deep_hidden ^ HIDE));
+}
+
+/* A chunk whose only reference is in a parked thread's callee-saved
+ * register (r12, kept across the futex system call) is reachable. */
+static uintptr_t reg_hidden;
+
+static void *holder(void *arg)
+{
+    (void)arg;
+    assert_int_equal(crawl_thread_attach(), 0);
+    void *p = malloc(100);
+    reg_hidden = (uintptr_t)p ^ HIDE;
+    register void *held __asm__("r12") = p;
+    p = NULL;
+    __asm__ volatile("" : "+r"(held));
+    scrub();                             /* malloc's and the record's frames held copies */
+    atomic_fetch_add(&parked, 1);
+    /* wait for the gate with the address in r12 only */
+    __asm__ volatile("1:\n\t"
+                     "movl (%%rbx), %%eax\n\t"
+                     "testl %%eax, %%eax\n\t"
+                     "jnz 2f\n\t"
+                     "movq %%rbx, %%rdi\n\t"
+                     "movl $128, %%esi\n\t"   /* FUTEX_WAIT_PRIVATE */
+                     "xorl %%edx, %%edx\n\t"
+                     "xorl %%r10d, %%r10d\n\t"
+                     "movl $202, %%eax\n\t"   /* SYS_futex */
+                     "syscall\n\t"
+                     "jmp 1b\n\t"
+                     "2:"
+                     : "+r"(held)
+                     : "b"(&gate)
+                     : "rax", "rdi", "rsi", "rdx", "r10", "rcx", "r11", "memory", "cc");
+    __asm__ volatile("" : "+r"(held));
+    crawl_thread_detach();
+    return NULL;
+}
+
+static void test_parked_threads_registers_are_roots(void **state)
+{
+    (void)state;
+    pthread_t t;
+    assert_int_equal(pthread_create(&t, NULL, holder, NULL), 0);
+    wait_parked();
+    check_into_report();
+    if (strstr(report, "of 100 byte(s)"))
+        print_message("%s", report);
+    assert_null(strstr(report, "of 100 byte(s)"));
+    open_gate(t);
+    free((void *)(reg_hidden ^ HIDE));
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -145,6 +282,8 @@ int main(void)
         cmocka_unit_test(test_pvalloc_near_size_max),
         cmocka_unit_test(test_self_pointer_is_a_direct_leak),
         cmocka_unit_test(test_check_while_chunks_come_and_go),
+        cmocka_unit_test(test_dead_stack_below_sp_hides_nothing),
+        cmocka_unit_test(test_parked_threads_registers_are_roots),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
