@@ -292,7 +292,9 @@ EXPORT void *realloc(void *p, size_t n)
         return ALLOC(n, caller);
     if (from_boot(p) || crawl_gpa_owns_inline(p)) {
         /* move it: into a new allocation (which may be sampled again) */
-        size_t old = from_boot(p) ? n : crawl_gpa_size(p);
+        /* (a bootstrap block's size is not kept: copy no further than
+         * the arena's end) */
+        size_t old = from_boot(p) ? (size_t)(boot + sizeof boot - (char *)p) : crawl_gpa_size(p);
         if (n == 0) {
             free(p);
             return NULL;

@@ -263,17 +263,20 @@ static int store(uintptr_t *p, uintptr_t value, const struct dl_phdr_info *info)
 {
     long page = sysconf(_SC_PAGESIZE);
     uintptr_t lo = (uintptr_t)p & ~(uintptr_t)(page - 1);
-    int relro = 0;
+    int relro = 0, whole = 0;
     for (int i = 0; i < info->dlpi_phnum; i++) {
         const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
         uintptr_t a = info->dlpi_addr + ph->p_vaddr;
-        if (ph->p_type == PT_GNU_RELRO && (uintptr_t)p >= a && (uintptr_t)p < a + ph->p_memsz)
+        if (ph->p_type == PT_GNU_RELRO && (uintptr_t)p >= a && (uintptr_t)p < a + ph->p_memsz) {
             relro = 1;
+            whole = lo + (uintptr_t)page <= a + ph->p_memsz;
+        }
     }
     if (relro && mprotect((void *)lo, (size_t)page, PROT_READ | PROT_WRITE) != 0)
         return -errno;
     __atomic_store_n(p, value, __ATOMIC_RELEASE);
-    if (relro)
+    if (relro && whole)                  /* (a page RELRO ends inside stays writable: the
+                                            data after it must stay so) */
         mprotect((void *)lo, (size_t)page, PROT_READ);
     return 0;
 }
