@@ -101,14 +101,33 @@ int crawl__type_known(const crawl_frame_type *type);
  * a stack that walked and mapped again. MAP_FAILED and errno on failure,
  * as mmap(2); private and anonymous, more_flags added (MAP_NORESERVE).
  * Async-signal-safe (one system call). */
+#if defined(__SANITIZE_THREAD__)
+#define CRAWL_TSAN 1
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define CRAWL_TSAN 1                    /* (clang 14 has no __SANITIZE_THREAD__) */
+#endif
+#endif
+/* (Under ThreadSanitizer through libc's mmap, which it intercepts: it must
+ * see memory unmapped and mapped again at an address, or it takes one
+ * thread's use of a new mapping for a race with another's use of the old.
+ * No preload runs in such a build.) */
 static inline void *crawl__mmap(size_t len, int prot, int more_flags)
 {
+#if defined(CRAWL_TSAN)
+    return mmap(NULL, len, prot, MAP_PRIVATE | MAP_ANONYMOUS | more_flags, -1, 0);
+#else
     return (void *)syscall(SYS_mmap, NULL, len, prot, MAP_PRIVATE | MAP_ANONYMOUS | more_flags, -1,
                            0L);
+#endif
 }
 static inline int crawl__munmap(void *addr, size_t len)
 {
+#if defined(CRAWL_TSAN)
+    return munmap(addr, len);
+#else
     return (int)syscall(SYS_munmap, addr, len);
+#endif
 }
 
 /* Locks crawl takes around work that allocates (module snapshots, the
