@@ -235,12 +235,22 @@ typedef struct thread_list {
     size_t n, cap;
 } thread_list;
 
-static int other_stack(const thread_list *l, uintptr_t lo, uintptr_t hi)
+/* [lo, hi) less the other threads' stacks (scanned from their stack
+ * pointers by scan_other_thread): a stack carved out of a larger mapping
+ * (a stack pool, pthread_attr_setstack) leaves the rest of it scanned. */
+static void scan_outside_stacks(scan *s, const thread_list *l, uintptr_t lo, uintptr_t hi)
 {
-    for (size_t i = 0; i < l->n; i++)
-        if (l->t[i].lo < hi && l->t[i].hi > lo)
-            return 1;
-    return 0;
+    for (size_t i = 0; i < l->n; i++) {
+        uintptr_t a = l->t[i].lo, b = l->t[i].hi;
+        if (a < hi && b > lo) {
+            if (lo < a)
+                scan_outside_stacks(s, l, lo, a);
+            if (b < hi)
+                scan_outside_stacks(s, l, b, hi);
+            return;
+        }
+    }
+    scan_range(s, lo, hi, REACHABLE);
 }
 
 static void scan_anonymous(scan *s, const maps *m, uintptr_t own_sp,
@@ -250,8 +260,6 @@ static void scan_anonymous(scan *s, const maps *m, uintptr_t own_sp,
         uintptr_t lo = m->r[i][0], hi = m->r[i][1];
         if (m->r[i][2] != 1 || (own_sp >= lo && own_sp < hi) || hi - lo > (4ul << 30))
             continue;                    /* (4 GiB and more: reserved space, a sanitizer's shadow) */
-        if (other_stack(threads, lo, hi))
-            continue;                    /* scanned from its stack pointer (scan_other_thread) */
         if (crawl_gpa_owns((const void *)lo))
             continue;                    /* the guarded pool: its chunks are scanned when reached,
                                             and a slot freed since the maps were read faults */
@@ -273,7 +281,7 @@ static void scan_anonymous(scan *s, const maps *m, uintptr_t own_sp,
         for (uintptr_t at = lo; at < hi;) {
             uintptr_t end = a < s->n && s->e[a].ptr < hi ? s->e[a].ptr : hi;
             if (at < end)
-                scan_range(s, at, end, REACHABLE);
+                scan_outside_stacks(s, threads, at, end);
             if (end == hi)
                 break;
             uintptr_t past = s->e[a].ptr + s->e[a].size;
@@ -317,15 +325,38 @@ static crawl_action first_frame(const crawl_cf *cf, void *arg)
  * pointer up (its static TLS is at the top), as LeakSanitizer scans: what
  * lies below the stack pointer is dead, and stale copies of a chunk's
  * address there (a deep call that returned) would hide its leak. When the
- * thread does not answer (signals blocked, gone), its whole mapped stack. */
+ * thread does not answer (the walk signal blocked: not even asked; gone;
+ * 200 ms), its whole mapped stack. */
 #define LEAK_WALK_TIMEOUT_MS 200
 #define RED_ZONE 128                    /* the x86-64 ABI's: below sp, still live */
+
+/* 1 if thread tid blocks signal sig (its SigBlk in /proc): it would not
+ * answer, and asking would cost the whole time-out */
+static int blocks_signal(pid_t tid, int sig)
+{
+    char path[64], line[256];
+    snprintf(path, sizeof path, "/proc/self/task/%d/status", (int)tid);
+    FILE *f = fopen(path, "re");
+    if (!f)
+        return 0;
+    int blocked = 0;
+    while (fgets(line, sizeof line, f))
+        if (strncmp(line, "SigBlk:", 7) == 0) {
+            blocked = (int)((strtoull(line + 7, NULL, 16) >> (sig - 1)) & 1);
+            break;
+        }
+    fclose(f);
+    return blocked;
+}
+
 static void scan_other_thread(scan *s, const other_thread *t, const maps *m)
 {
     thread_at at = {0};
     uintptr_t lo = t->lo;
-    int rc = crawl_walk_thread_timeout(t->tid, first_frame, &at, CRAWL_WALK_FAST,
-                                       LEAK_WALK_TIMEOUT_MS);
+    int rc = blocks_signal(t->tid, sw_walk_signal_now())
+                 ? -EAGAIN
+                 : crawl_walk_thread_timeout(t->tid, first_frame, &at, CRAWL_WALK_FAST,
+                                             LEAK_WALK_TIMEOUT_MS);
     if (rc >= 0 && at.got && at.sp - RED_ZONE >= t->lo && at.sp < t->hi) {
         scan_words_of(s, at.regs, sizeof at.regs / sizeof at.regs[0]);
         lo = at.sp - RED_ZONE;

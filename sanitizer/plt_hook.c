@@ -56,8 +56,9 @@ static void *h_realloc(void *old, size_t n)
     crawl_heap_profile_on_free(old);
     void *p = ((void *(*)(void *, size_t))real[F_REALLOC])(old, n);
     /* failed: old stays, at its own size */
-    crawl_heap_profile_on_alloc(p ? p : n ? old : NULL, p ? n : old ? malloc_usable_size(old) : 0,
-                                CALLER);
+    crawl_heap_profile_on_alloc(p ? p : n ? old : NULL,
+                                p ? n : n && old ? malloc_usable_size(old) : 0, CALLER);
+    /* (realloc(old, 0) freed old: never looked at again) */
     return p;
 }
 static void h_free(void *p)

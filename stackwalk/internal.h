@@ -104,6 +104,8 @@ const sw_rules *sw_module_rules(sw_module *m);
  * the walk that found the pcs read (single rules, the CFI cache, a memo).
  * Normal context; pcs in no module are skipped. */
 void sw_modules_compile_at(const uintptr_t *pcs, unsigned n);
+/* threads.c: the signal crawl_walk_thread sends (or will send by default). */
+int sw_walk_signal_now(void);
 /* Compile every loaded module; the number with CFI, or a negative errno. */
 int sw_modules_warm(void);
 /* cfi_cache.c: read a module's CFI into a table (normal context, under

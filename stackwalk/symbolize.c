@@ -103,21 +103,24 @@ int crawl_symbolize(uintptr_t pc, crawl_symbol *out, char *buf, size_t len)
     char *at = fn ? strchr(fn, '@') : NULL;
     if (at && at != fn)
         *at = '\0';
+    int lineno = 0, col = 0;
+    const char *file = NULL;
+    if (!find_line(m, pc, &lineno, &col, &file) || lineno <= 0)
+        file = NULL;
+    /* the demangled name only where it leaves room for the file (else the
+     * mangled one stays: a longer name must not cost file:line) */
     char *readable = demangled(fn);
-    if (readable && fn_at + strlen(readable) + 1 <= len) {   /* (else the mangled name stays) */
+    size_t file_len = file ? strlen(file) + 1 : 0;
+    if (readable && fn_at + strlen(readable) + 1 + file_len <= len) {
         used = fn_at;
         fn = stash(readable, buf, len, &used, &full);
     }
     free(readable);
     out->function = fn;
-    int lineno = 0, col = 0;
-    const char *file = NULL;
-    if (find_line(m, pc, &lineno, &col, &file)) {
-        if (file && lineno > 0) {
-            out->file = stash(file, buf, len, &used, &full);
-            out->line = lineno;
-            out->column = col;
-        }
+    if (file) {
+        out->file = stash(file, buf, len, &used, &full);
+        out->line = lineno;
+        out->column = col;
     }
     sw_dwfl_unlock();
     return full ? -ENOSPC : 0;

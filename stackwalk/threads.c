@@ -129,6 +129,12 @@ static void on_walk_signal(int sig, siginfo_t *si, void *ucv)
     errno = saved;
 }
 
+int sw_walk_signal_now(void)
+{
+    int sig = __atomic_load_n(&walk_signal, __ATOMIC_RELAXED);
+    return sig ? sig : SIGRTMIN + 3;
+}
+
 int crawl_set_walk_signal(int sig)
 {
     if (sig <= 0 || sig >= NSIG || sig == SIGKILL || sig == SIGSTOP)

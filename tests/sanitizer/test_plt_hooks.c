@@ -101,6 +101,27 @@ static void test_hooks(void **state)
     dlclose(a.h), dlclose(b.h), dlclose(c.h);
 }
 
+/* realloc(p, 0) through a hooked GOT frees p: the hook must not look at
+ * it again (a large chunk is unmapped by then: it faulted). */
+static void test_realloc_to_zero(void **state)
+{
+    (void)state;
+    lib a;
+    open_lib(&a, PLT_LIB_A, "a");
+    void *(*re)(void *, size_t) = (void *(*)(void *, size_t))dlsym(a.h, "plt_a_realloc");
+    assert_non_null(re);
+    assert_int_equal(crawl_heap_profile_start(), 0);
+    assert_int_equal(crawl_heap_hooks_install("libplt_a", NULL), 0);
+    size_t before = live();
+    void *p = a.alloc(1 << 20);          /* above malloc's mmap threshold: a mapping of its own */
+    assert_non_null(p);
+    assert_int_equal(live(), before + 1);
+    re(p, 0);
+    assert_int_equal(live(), before);
+    crawl_heap_hooks_uninstall();
+    dlclose(a.h);
+}
+
 /* A library dlopen'ed by a hooked module after install is hooked. */
 static void test_dlopen_from_hooked_module(void **state)
 {
@@ -303,6 +324,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_hooks),
         cmocka_unit_test(test_dlopen_from_hooked_module),
+        cmocka_unit_test(test_realloc_to_zero),
         cmocka_unit_test(test_reloaded_module_is_hooked_again),
         cmocka_unit_test(test_uninstall_spares_whatever_took_the_place),
         cmocka_unit_test(test_mapping_hooks),

@@ -12,6 +12,7 @@
 void *FN(_alloc)(size_t n) { return malloc(n); }
 char *FN(_dup)(const char *s) { return strdup(s); }
 void FN(_free)(void *p) { free(p); }
+void *FN(_realloc)(void *p, size_t n) { return realloc(p, n); }
 void *FN(_malloc_address)(void) { return (void *)&malloc; }
 void *FN(_map)(size_t n)
 {
