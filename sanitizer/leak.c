@@ -56,20 +56,31 @@ static long chunk_of(const scan *s, uintptr_t w)
 
 /* Mark what [lo, hi) points to: unreached chunks become `to` and go on the
  * work list (what they point to is `to` as well, transitively). */
-static void scan_words(scan *s, uintptr_t lo, uintptr_t hi, int to);
-static void scan_range(scan *s, uintptr_t lo, uintptr_t hi, int to)
+typedef void scan_fn(scan *s, uintptr_t lo, uintptr_t hi, int to);
+
+/* fn on each part of [lo, hi) that lies outside the ranges cut[0..n) (the
+ * ranges before the first that overlaps overlap none of its parts) */
+static void scan_outside(scan *s, const uintptr_t (*cut)[2], size_t n, uintptr_t lo,
+                         uintptr_t hi, int to, scan_fn *fn)
 {
-    for (size_t i = 0; i < s->nskip; i++) {   /* cut crawl's own tables out */
-        uintptr_t a = s->skip[i][0], b = s->skip[i][1];
+    for (size_t i = 0; i < n; i++) {
+        uintptr_t a = cut[i][0], b = cut[i][1];
         if (a < hi && b > lo) {
             if (lo < a)
-                scan_range(s, lo, a, to);
+                scan_outside(s, cut + i + 1, n - i - 1, lo, a, to, fn);
             if (b < hi)
-                scan_range(s, b, hi, to);
+                scan_outside(s, cut + i + 1, n - i - 1, b, hi, to, fn);
             return;
         }
     }
-    scan_words(s, lo, hi, to);
+    fn(s, lo, hi, to);
+}
+
+static scan_fn scan_words;
+/* [lo, hi) without crawl's own tables */
+static void scan_range(scan *s, uintptr_t lo, uintptr_t hi, int to)
+{
+    scan_outside(s, s->skip, s->nskip, lo, hi, to, scan_words);
 }
 
 /* Ranges this long or longer, and every range of other threads' stacks and
@@ -103,9 +114,9 @@ static void scan_words(scan *s, uintptr_t lo, uintptr_t hi, int to)
         return;
     size_t words = (hi - lo) / sizeof(uintptr_t);
     if ((hi - lo >= SAFE_READ_MIN || s->vanishing) && safe_reads) {
-        uintptr_t buf[2048];
-        for (uintptr_t a = lo; a < lo + words * sizeof(uintptr_t);) {
-            size_t want = lo + words * sizeof(uintptr_t) - a;
+        uintptr_t buf[2048], end = lo + words * sizeof(uintptr_t);
+        for (uintptr_t a = lo; a < end;) {
+            size_t want = end - a;
             want = want < sizeof buf ? want : sizeof buf;
             ssize_t got = read_safe(buf, a, want);
             if (got < 0) {
@@ -225,33 +236,12 @@ static void read_maps(maps *m)
  * and so are the calling thread's stack and the other attached threads'
  * (scanned from their stack pointers). */
 #define SMALL_CHUNK (128u << 10)
-typedef struct other_thread {
-    pid_t tid;
-    uintptr_t lo, hi;                   /* its stack, [lo, hi) */
-} other_thread;
-
+/* The other attached threads: tid[i]'s stack is [stack[i][0], stack[i][1]) */
 typedef struct thread_list {
-    other_thread *t;
+    pid_t *tid;
+    uintptr_t (*stack)[2];
     size_t n, cap;
 } thread_list;
-
-/* [lo, hi) less the other threads' stacks (scanned from their stack
- * pointers by scan_other_thread): a stack carved out of a larger mapping
- * (a stack pool, pthread_attr_setstack) leaves the rest of it scanned. */
-static void scan_outside_stacks(scan *s, const thread_list *l, uintptr_t lo, uintptr_t hi)
-{
-    for (size_t i = 0; i < l->n; i++) {
-        uintptr_t a = l->t[i].lo, b = l->t[i].hi;
-        if (a < hi && b > lo) {
-            if (lo < a)
-                scan_outside_stacks(s, l, lo, a);
-            if (b < hi)
-                scan_outside_stacks(s, l, b, hi);
-            return;
-        }
-    }
-    scan_range(s, lo, hi, REACHABLE);
-}
 
 static void scan_anonymous(scan *s, const maps *m, uintptr_t own_sp,
                            const thread_list *threads)
@@ -277,11 +267,14 @@ static void scan_anonymous(scan *s, const maps *m, uintptr_t own_sp,
                 break;
         if (a < s->n && s->e[a].ptr < hi)
             continue;                    /* a heap of malloc's */
+        /* between the chunks, less other threads' stacks (scan_other_thread
+         * scans them from their stack pointers; one carved out of a larger
+         * mapping, a stack pool, leaves the rest of it scanned) */
         a = first;
         for (uintptr_t at = lo; at < hi;) {
             uintptr_t end = a < s->n && s->e[a].ptr < hi ? s->e[a].ptr : hi;
             if (at < end)
-                scan_outside_stacks(s, threads, at, end);
+                scan_outside(s, threads->stack, threads->n, at, end, REACHABLE, scan_range);
             if (end == hi)
                 break;
             uintptr_t past = s->e[a].ptr + s->e[a].size;
@@ -296,7 +289,9 @@ static void list_thread(crawl__thread *th, void *arg)
     thread_list *l = arg;
     if (th == crawl__self() || l->n == l->cap)
         return;
-    l->t[l->n++] = (other_thread){th->tid, th->stack_lo, th->stack_hi};
+    l->tid[l->n] = th->tid;
+    l->stack[l->n][0] = th->stack_lo, l->stack[l->n][1] = th->stack_hi;
+    l->n++;
 }
 
 /* Where another thread was when its walk signal came: its stack pointer and
@@ -349,21 +344,21 @@ static int blocks_signal(pid_t tid, int sig)
     return blocked;
 }
 
-static void scan_other_thread(scan *s, const other_thread *t, const maps *m)
+static void scan_other_thread(scan *s, pid_t tid, const uintptr_t stack[2], const maps *m)
 {
     thread_at at = {0};
-    uintptr_t lo = t->lo;
-    int rc = blocks_signal(t->tid, sw_walk_signal_now())
+    uintptr_t lo = stack[0], hi = stack[1];
+    int rc = blocks_signal(tid, sw_walk_signal_now())
                  ? -EAGAIN
-                 : crawl_walk_thread_timeout(t->tid, first_frame, &at, CRAWL_WALK_FAST,
+                 : crawl_walk_thread_timeout(tid, first_frame, &at, CRAWL_WALK_FAST,
                                              LEAK_WALK_TIMEOUT_MS);
-    if (rc >= 0 && at.got && at.sp - RED_ZONE >= t->lo && at.sp < t->hi) {
+    if (rc >= 0 && at.got && at.sp - RED_ZONE >= lo && at.sp < hi) {
         scan_words_of(s, at.regs, sizeof at.regs / sizeof at.regs[0]);
         lo = at.sp - RED_ZONE;
     }
     for (size_t i = 0; i < m->n; i++) {   /* the mapped part of [lo, hi) */
         uintptr_t a = m->r[i][0] > lo ? m->r[i][0] : lo;
-        uintptr_t b = m->r[i][1] < t->hi ? m->r[i][1] : t->hi;
+        uintptr_t b = m->r[i][1] < hi ? m->r[i][1] : hi;
         if (a < b)
             scan_range(s, a, b, REACHABLE);
     }
@@ -412,15 +407,17 @@ static __attribute__((noinline)) void scan_roots(scan *s)
     maps m = {0};
     read_maps(&m);
     thread_list l = {.cap = 4096};
-    l.t = malloc(l.cap * sizeof *l.t);
-    if (l.t)
+    l.tid = malloc(l.cap * sizeof *l.tid);
+    l.stack = malloc(l.cap * sizeof *l.stack);
+    if (l.tid && l.stack)
         crawl__threads_foreach_locked(list_thread, &l);
     s->vanishing = 1;                    /* other threads' stacks, mappings read a moment ago */
     for (size_t i = 0; i < l.n; i++)     /* (walks take the registry's lock: outside it) */
-        scan_other_thread(s, &l.t[i], &m);
+        scan_other_thread(s, l.tid[i], l.stack[i], &m);
     scan_anonymous(s, &m, (uintptr_t)__builtin_frame_address(0), &l);
     s->vanishing = 0;
-    free(l.t);
+    free(l.tid);
+    free(l.stack);
     free(m.r);
     dl_iterate_phdr(scan_module, s);
 }
