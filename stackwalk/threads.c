@@ -182,7 +182,7 @@ int crawl_walk_thread_timeout(pid_t tid, crawl_walk_fn fn, void *ctx, unsigned f
     if (!f.found)
         return -ESRCH;                   /* not an attached thread of this process */
     if (!walk_signal) {
-        int rc = crawl_set_walk_signal(SIGRTMIN + 3);
+        int rc = crawl_set_walk_signal(sw_walk_signal_now());   /* the default */
         if (rc)
             return rc;
     }
