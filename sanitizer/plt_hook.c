@@ -259,20 +259,32 @@ static int grow(void **arr, size_t *cap, size_t n, size_t size)
     return 0;
 }
 
+/* The module's segment of type `type` that holds p, or NULL */
+static const ElfW(Phdr) *segment_of(const struct dl_phdr_info *info, const void *p, unsigned type)
+{
+    for (int i = 0; i < info->dlpi_phnum; i++) {
+        const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
+        uintptr_t a = info->dlpi_addr + ph->p_vaddr;
+        if (ph->p_type == type && (uintptr_t)p >= a && (uintptr_t)p - a < ph->p_memsz)
+            return ph;
+    }
+    return NULL;
+}
+
+/* 1 if p lies in one of the module's loaded segments (it can be read) */
+static int covers(const struct dl_phdr_info *info, const void *p)
+{
+    return segment_of(info, p, PT_LOAD) != NULL;
+}
+
 /* Write value at p (a GOT entry), making a read-only page writable for it. */
 static int store(uintptr_t *p, uintptr_t value, const struct dl_phdr_info *info)
 {
     long page = sysconf(_SC_PAGESIZE);
     uintptr_t lo = (uintptr_t)p & ~(uintptr_t)(page - 1);
-    int relro = 0, whole = 0;
-    for (int i = 0; i < info->dlpi_phnum; i++) {
-        const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
-        uintptr_t a = info->dlpi_addr + ph->p_vaddr;
-        if (ph->p_type == PT_GNU_RELRO && (uintptr_t)p >= a && (uintptr_t)p < a + ph->p_memsz) {
-            relro = 1;
-            whole = lo + (uintptr_t)page <= a + ph->p_memsz;
-        }
-    }
+    const ElfW(Phdr) *ph = segment_of(info, p, PT_GNU_RELRO);
+    int relro = ph != NULL;
+    int whole = ph && lo + (uintptr_t)page <= info->dlpi_addr + ph->p_vaddr + ph->p_memsz;
     if (relro && mprotect((void *)lo, (size_t)page, PROT_READ | PROT_WRITE) != 0)
         return -errno;
     __atomic_store_n(p, value, __ATOMIC_RELEASE);
@@ -351,18 +363,6 @@ static void hook_module(struct dl_phdr_info *info)
     if (elf)
         elf_end(elf);
     close(fd);
-}
-
-/* 1 if p lies in one of the module's loaded segments (it can be read) */
-static int covers(const struct dl_phdr_info *info, const void *p)
-{
-    for (int i = 0; i < info->dlpi_phnum; i++) {
-        const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
-        uintptr_t a = info->dlpi_addr + ph->p_vaddr;
-        if (ph->p_type == PT_LOAD && (uintptr_t)p >= a && (uintptr_t)p - a < ph->p_memsz)
-            return 1;
-    }
-    return 0;
 }
 
 static int scan_one(struct dl_phdr_info *info, size_t size, void *arg)
