@@ -447,6 +447,10 @@ EXPORT void *mremap(void *old, size_t old_len, size_t len, int flags, ...)
  * std::__throw_bad_alloc), found with dlsym: a program that calls
  * operator new has it loaded. The exception unwinds through this C frame
  * by its CFI. Without libstdc++: abort. */
+/* operator new's allocation of size bytes (alignment 0: malloc's) */
+#define NEW_TRY(size, alignment, caller)                                                       \
+    ((alignment) ? aligned((alignment), (size), (caller)) : ALLOC((size), (caller)))
+
 typedef void (*new_handler_fn)(void);
 __attribute__((noinline)) static void *new_failed(size_t n, size_t alignment,
                                                    const void *caller)
@@ -463,32 +467,28 @@ __attribute__((noinline)) static void *new_failed(size_t n, size_t alignment,
             abort();
         }
         h();
-        void *p = alignment ? aligned(alignment, n, caller) : ALLOC(n, caller);
+        void *p = NEW_TRY(n, alignment, caller);
         if (p)
             return p;
     }
 }
 
-/* The throwing forms: p, or what new_failed makes of its failure */
-#define MUST(p, n, alignment, caller)                                                          \
+#define CALLER __builtin_return_address(0)
+/* The throwing forms, in the entry point: n bytes (at least one), or what
+ * new_failed makes of its failure */
+#define NEW_OR_THROW(n, alignment)                                                             \
     ({                                                                                         \
-        void *must_p_ = (p);                                                                   \
-        __builtin_expect(must_p_ != NULL, 1) ? must_p_ : new_failed((n), (alignment), (caller)); \
+        size_t new_n_ = (n) ? (n) : 1;                                                         \
+        void *new_p_ = NEW_TRY(new_n_, (alignment), CALLER);                                   \
+        __builtin_expect(new_p_ != NULL, 1) ? new_p_ : new_failed(new_n_, (alignment), CALLER); \
     })
 
-#define CALLER __builtin_return_address(0)
-EXPORT void *_Znwm(size_t n) { return MUST(ALLOC(n ? n : 1, CALLER), n ? n : 1, 0, CALLER); }
-EXPORT void *_Znam(size_t n) { return MUST(ALLOC(n ? n : 1, CALLER), n ? n : 1, 0, CALLER); }
+EXPORT void *_Znwm(size_t n) { return NEW_OR_THROW(n, 0); }
+EXPORT void *_Znam(size_t n) { return NEW_OR_THROW(n, 0); }
 EXPORT void *_ZnwmRKSt9nothrow_t(size_t n, const void *t) { (void)t; return ALLOC(n ? n : 1, CALLER); }
 EXPORT void *_ZnamRKSt9nothrow_t(size_t n, const void *t) { (void)t; return ALLOC(n ? n : 1, CALLER); }
-EXPORT void *_ZnwmSt11align_val_t(size_t n, size_t a)
-{
-    return MUST(aligned(a, n ? n : 1, CALLER), n ? n : 1, a, CALLER);
-}
-EXPORT void *_ZnamSt11align_val_t(size_t n, size_t a)
-{
-    return MUST(aligned(a, n ? n : 1, CALLER), n ? n : 1, a, CALLER);
-}
+EXPORT void *_ZnwmSt11align_val_t(size_t n, size_t a) { return NEW_OR_THROW(n, a); }
+EXPORT void *_ZnamSt11align_val_t(size_t n, size_t a) { return NEW_OR_THROW(n, a); }
 EXPORT void *_ZnwmSt11align_val_tRKSt9nothrow_t(size_t n, size_t a, const void *t)
 {
     (void)t;
