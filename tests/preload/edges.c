@@ -177,6 +177,21 @@ static void wait_parked(void)
     usleep(20000);                       /* into its futex wait */
 }
 
+/* With thread t parked: a leak check whose report holds text (present) or
+ * does not; then t goes on and is joined */
+static void check_while_parked(pthread_t t, const char *text, int present)
+{
+    wait_parked();
+    check_into_report();
+    if ((strstr(report, text) != NULL) != present)
+        print_message("%s", report);
+    if (present)
+        assert_non_null(strstr(report, text));
+    else
+        assert_null(strstr(report, text));
+    open_gate(t);
+}
+
 /* A leak made in a deep call, whose frame kept copies of the address,
  * then the thread parks in a shallower one: the copies lie below its stack
  * pointer, dead. */
@@ -217,12 +232,7 @@ static void test_dead_stack_below_sp_hides_nothing(void **state)
     (void)state;
     pthread_t t;
     assert_int_equal(pthread_create(&t, NULL, leaker, NULL), 0);
-    wait_parked();
-    check_into_report();
-    if (!strstr(report, "Direct leak of 100 byte(s) in 1 object(s)"))
-        print_message("%s", report);
-    assert_non_null(strstr(report, "Direct leak of 100 byte(s) in 1 object(s)"));
-    open_gate(t);
+    check_while_parked(t, "Direct leak of 100 byte(s) in 1 object(s)", 1);
     free((void *)(deep_hidden ^ HIDE));
 }
 
@@ -267,12 +277,7 @@ static void test_parked_threads_registers_are_roots(void **state)
     (void)state;
     pthread_t t;
     assert_int_equal(pthread_create(&t, NULL, holder, NULL), 0);
-    wait_parked();
-    check_into_report();
-    if (strstr(report, "of 100 byte(s)"))
-        print_message("%s", report);
-    assert_null(strstr(report, "of 100 byte(s)"));
-    open_gate(t);
+    check_while_parked(t, "of 100 byte(s)", 0);
     free((void *)(reg_hidden ^ HIDE));
 }
 
@@ -316,12 +321,7 @@ static void test_stack_pool_rest_is_scanned(void **state)
     pthread_t t;
     assert_int_equal(pthread_create(&t, &attr, pool_parker, NULL), 0);
     pthread_attr_destroy(&attr);
-    wait_parked();
-    check_into_report();
-    if (strstr(report, "of 100 byte(s)"))
-        print_message("%s", report);
-    assert_null(strstr(report, "of 100 byte(s)"));
-    open_gate(t);
+    check_while_parked(t, "of 100 byte(s)", 0);
     free(*beyond);
     munmap(pool, POOL_STACK + 65536);
 }
