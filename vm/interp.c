@@ -8,6 +8,7 @@
  * vm->top and the current pc exact, so the roots a collection sees and the
  * lines a traceback prints are right. */
 #include <gc/gc.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -320,10 +321,15 @@ call_closure: {
             SAVE();
         vm_error(vm, "stack overflow (%u nested calls)", vm->nci);
     }
-    ci = &vm->ci[vm->nci++];
+    /* the callinfo whole before nci counts it: a walk from a signal handler
+     * (the CPU profiler's SIGPROF) reads the callinfos below nci, and found
+     * one counted but not yet written (a NULL closure: crashed in seg_next) */
+    ci = &vm->ci[vm->nci];
     ci->cl = cl;
     ci->pc = 0;
     ci->base = nbase;
+    atomic_signal_fence(memory_order_release);
+    vm->nci++;
     base = stack + nbase;
     for (int i = p->nparams; i < p->nlocals; i++)
         base[i] = V_NIL;
