@@ -284,10 +284,10 @@ static void test_parked_threads_registers_are_roots(void **state)
 /* A thread whose stack is carved out of a larger mapping (a stack pool):
  * the rest of that mapping is scanned as before, only the stack itself
  * from the thread's stack pointer. (The whole mapping was left out for a
- * while, and a reviewer's program saw a chunk kept just past the stack
- * called leaked; this test passes with that code too -- something else
- * here still reaches the chunk -- so it guards the behaviour, not that
- * regression.) */
+ * while: a chunk kept just past the stack was called leaked. Run after the
+ * other cases, the chunk's address is still found in the stale stacks of
+ * the threads they joined, so ctest runs this case alone too:
+ * test_preload_edges_pool, which fails with that code.) */
 #define POOL_STACK (1u << 20)
 
 static void *pool_parker(void *arg)
@@ -337,5 +337,11 @@ int main(void)
         cmocka_unit_test(test_parked_threads_registers_are_roots),
         cmocka_unit_test(test_stack_pool_rest_is_scanned),
     };
+    /* ctest runs the stack-pool case in a process of its own as well:
+     * after the others, stale copies of the chunk's address (in the cached
+     * stacks of threads they joined: see the leak check's limits in
+     * README) reach it whatever the check does, and it cannot fail */
+    if (getenv("EDGES_ONLY"))
+        cmocka_set_test_filter(getenv("EDGES_ONLY"));
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
