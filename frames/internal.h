@@ -53,6 +53,20 @@ void crawl__threads_foreach(void (*fn)(crawl__thread *th, void *ctx), void *ctx)
  * detach). */
 void crawl__threads_foreach_locked(void (*fn)(crawl__thread *th, void *ctx), void *ctx);
 
+/* The stacks attached threads had, newest last: [lo, hi) and the thread's
+ * descriptor pd (pthread_self(), inside a stack glibc or the program made
+ * for a thread; the main thread's is elsewhere and is not kept). After the
+ * thread exits, glibc keeps its stack for its next threads, and the leak
+ * check tells from pd which of these are dead. Copies at most max of them
+ * into out (under the registry's lock, normal context) and returns how
+ * many. An attach drops what its stack overlaps; the oldest go past
+ * CRAWL__STACKS_SEEN. */
+typedef struct crawl__stack_seen {
+    uintptr_t lo, hi, pd;
+} crawl__stack_seen;
+#define CRAWL__STACKS_SEEN 256
+size_t crawl__stacks_seen(crawl__stack_seen *out, size_t max);
+
 /* The counts of threads that have exited or detached (their records are gone). */
 extern atomic_ulong crawl__exited_counts[CRAWL__THREAD_COUNTS];
 

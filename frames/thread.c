@@ -28,6 +28,33 @@ static pthread_once_t exit_key_once = PTHREAD_ONCE_INIT;
 void (*crawl__attach_hook)(void);
 void (*crawl__leave_hook)(crawl__thread *th);
 
+/* crawl__stacks_seen's list, under registry_lock */
+static crawl__stack_seen seen[CRAWL__STACKS_SEEN];
+static size_t nseen;
+
+static void see_stack(uintptr_t lo, uintptr_t hi, uintptr_t pd)
+{
+    size_t k = 0;
+    for (size_t i = 0; i < nseen; i++)  /* drop what it overlaps: that stack is reused */
+        if (!(seen[i].lo < hi && seen[i].hi > lo))
+            seen[k++] = seen[i];
+    nseen = k;
+    if (pd < lo || pd >= hi)
+        return;                          /* (the main thread's descriptor is elsewhere) */
+    if (nseen == CRAWL__STACKS_SEEN)
+        memmove(seen, seen + 1, --nseen * sizeof *seen);
+    seen[nseen++] = (crawl__stack_seen){lo, hi, pd};
+}
+
+size_t crawl__stacks_seen(crawl__stack_seen *out, size_t max)
+{
+    pthread_mutex_lock(&registry_lock);
+    size_t n = nseen < max ? nseen : max;
+    memcpy(out, seen + nseen - n, n * sizeof *out);
+    pthread_mutex_unlock(&registry_lock);
+    return n;
+}
+
 static void registry_unlink(crawl__thread *th)
 {
     if (th->reg_prev)
@@ -155,6 +182,7 @@ int crawl_thread_attach(void)
 
     __atomic_store_n(&th->attached, 1, __ATOMIC_RELAXED);
     pthread_mutex_lock(&registry_lock);
+    see_stack(lo, hi, (uintptr_t)pthread_self());
     th->reg_prev = NULL;
     th->reg_next = registry_head;
     if (registry_head)

@@ -243,8 +243,61 @@ typedef struct thread_list {
     size_t n, cap;
 } thread_list;
 
-static void scan_anonymous(scan *s, const maps *m, uintptr_t own_sp,
-                           const thread_list *threads)
+/* Where glibc keeps a thread's kernel tid in its descriptor, as it tells
+ * debuggers (libthread_db's field descriptor _thread_db_pthread_tid: bits,
+ * count, offset), checked against this thread's own; -1 if unknown. The
+ * kernel clears that tid when the thread exits (0), and glibc marks a
+ * stack it keeps for reuse with -1. */
+static long tid_offset(void)
+{
+    const uint32_t *d = dlsym(RTLD_DEFAULT, "_thread_db_pthread_tid");
+    if (!d || d[0] != 32 || d[1] != 1 || d[2] % 4 != 0 || d[2] > 4096 - sizeof(pid_t))
+        return -1;
+    pid_t tid;
+    memcpy(&tid, (const char *)pthread_self() + d[2], sizeof tid);
+    return tid == gettid() ? (long)d[2] : -1;
+}
+
+/* The stacks of attached threads that have exited, which glibc keeps for
+ * its next threads (or the program keeps, a stack it made): out gets the
+ * part of each below the thread's descriptor, dead. A stack is dead when
+ * its descriptor still points to itself (the TCB's self pointers) and
+ * holds no tid (0 or -1: glibc's own test of a free stack), and no
+ * attached thread's stack overlaps it; a stack another thread has since
+ * taken holds that thread's tid. The descriptor itself
+ * stays scanned: it keeps the value pthread_join will return. Returns how
+ * many (0 when glibc does not tell where the tid is). */
+static size_t dead_stacks(uintptr_t (*out)[2], size_t max, const thread_list *threads)
+{
+    long off = tid_offset();
+    if (off < 0)
+        return 0;
+    crawl__stack_seen seen[CRAWL__STACKS_SEEN];
+    size_t n = crawl__stacks_seen(seen, max < CRAWL__STACKS_SEEN ? max : CRAWL__STACKS_SEEN);
+    size_t k = 0;
+    for (size_t i = 0; i < n; i++) {
+        uintptr_t pd = seen[i].pd, head[3];
+        pid_t tid;
+        if (read_safe(head, pd, sizeof head) != (ssize_t)sizeof head || head[0] != pd ||
+            head[2] != pd || read_safe(&tid, pd + (uintptr_t)off, sizeof tid) != sizeof tid ||
+            tid > 0)
+            continue;                    /* gone, reused, or its thread alive */
+        int taken = 0;
+        for (size_t t = 0; t < threads->n && !taken; t++)
+            taken = threads->stack[t][0] < seen[i].hi && threads->stack[t][1] > seen[i].lo;
+        if (!taken) {
+            out[k][0] = seen[i].lo, out[k][1] = pd;
+            k++;
+        }
+    }
+    return k;
+}
+
+/* The anonymous mappings but the ranges cut (other attached threads'
+ * stacks: scan_other_thread scans them from their stack pointers; dead
+ * stacks: not at all) */
+static void scan_anonymous(scan *s, const maps *m, uintptr_t own_sp, const uintptr_t (*cut)[2],
+                           size_t ncut)
 {
     for (size_t i = 0; i < m->n; i++) {
         uintptr_t lo = m->r[i][0], hi = m->r[i][1];
@@ -267,14 +320,13 @@ static void scan_anonymous(scan *s, const maps *m, uintptr_t own_sp,
                 break;
         if (a < s->n && s->e[a].ptr < hi)
             continue;                    /* a heap of malloc's */
-        /* between the chunks, less other threads' stacks (scan_other_thread
-         * scans them from their stack pointers; one carved out of a larger
-         * mapping, a stack pool, leaves the rest of it scanned) */
+        /* between the chunks, less the ranges cut (a stack carved out of a
+         * larger mapping, a stack pool, leaves the rest of it scanned) */
         a = first;
         for (uintptr_t at = lo; at < hi;) {
             uintptr_t end = a < s->n && s->e[a].ptr < hi ? s->e[a].ptr : hi;
             if (at < end)
-                scan_outside(s, threads->stack, threads->n, at, end, REACHABLE, scan_range);
+                scan_outside(s, cut, ncut, at, end, REACHABLE, scan_range);
             if (end == hi)
                 break;
             uintptr_t past = s->e[a].ptr + s->e[a].size;
@@ -408,13 +460,15 @@ static __attribute__((noinline)) void scan_roots(scan *s)
     read_maps(&m);
     thread_list l = {.cap = 4096};
     l.tid = malloc(l.cap * sizeof *l.tid);
-    l.stack = malloc(l.cap * sizeof *l.stack);
+    /* the other attached threads' stacks, then the dead ones */
+    l.stack = malloc((l.cap + CRAWL__STACKS_SEEN) * sizeof *l.stack);
     if (l.tid && l.stack)
         crawl__threads_foreach_locked(list_thread, &l);
     s->vanishing = 1;                    /* other threads' stacks, mappings read a moment ago */
     for (size_t i = 0; i < l.n; i++)     /* (walks take the registry's lock: outside it) */
         scan_other_thread(s, l.tid[i], l.stack[i], &m);
-    scan_anonymous(s, &m, (uintptr_t)__builtin_frame_address(0), &l);
+    size_t dead = l.stack ? dead_stacks(l.stack + l.n, CRAWL__STACKS_SEEN, &l) : 0;
+    scan_anonymous(s, &m, (uintptr_t)__builtin_frame_address(0), l.stack, l.n + dead);
     s->vanishing = 0;
     free(l.tid);
     free(l.stack);

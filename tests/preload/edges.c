@@ -6,7 +6,8 @@
  * thread unmapped a large chunk while it ran; a parked thread's registers
  * were not read (a chunk only there was called leaked) and its stack was
  * read whole, below its stack pointer too (a stale copy of a leaked
- * chunk's address there hid the leak). Linked against
+ * chunk's address there hid the leak), and so was the stack of a thread
+ * that had exited, which glibc keeps for reuse. Linked against
  * libcrawl-preload.so, run with CRAWL_OPTIONS=heap_profile=1:gpa_sample_rate=0. */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -195,13 +196,13 @@ static void check_while_parked(pthread_t t, const char *text, int present)
 /* A leak made in a deep call, whose frame kept copies of the address,
  * then the thread parks in a shallower one: the copies lie below its stack
  * pointer, dead. */
-static uintptr_t deep_hidden;
+static uintptr_t deep_hidden, exited_hidden;
 
-__attribute__((noinline)) static void leak_deep(void)
+__attribute__((noinline)) static void leak_deep(size_t n, uintptr_t *hidden_out)
 {
     volatile uintptr_t copies[1024];
-    void *p = malloc(100);
-    deep_hidden = (uintptr_t)p ^ HIDE;
+    void *p = malloc(n);
+    *hidden_out = (uintptr_t)p ^ HIDE;
     for (int i = 0; i < 1024; i++)
         copies[i] = (uintptr_t)p;
     __asm__ volatile("" : : "r"(copies) : "memory");
@@ -209,11 +210,11 @@ __attribute__((noinline)) static void leak_deep(void)
 
 /* a frame of its own 4 KiB deep, so that leak_deep's lies well below
  * where the thread parks */
-__attribute__((noinline)) static void leak_deeper(void)
+__attribute__((noinline)) static void leak_deeper(size_t n, uintptr_t *hidden_out)
 {
     volatile char pad[4096];
     pad[0] = 1;
-    leak_deep();
+    leak_deep(n, hidden_out);
     __asm__ volatile("" : : "r"(pad) : "memory");
 }
 
@@ -221,7 +222,7 @@ static void *leaker(void *arg)
 {
     (void)arg;
     assert_int_equal(crawl_thread_attach(), 0);
-    leak_deeper();
+    leak_deeper(100, &deep_hidden);
     wait_gate();
     crawl_thread_detach();
     return NULL;
@@ -234,6 +235,93 @@ static void test_dead_stack_below_sp_hides_nothing(void **state)
     assert_int_equal(pthread_create(&t, NULL, leaker, NULL), 0);
     check_while_parked(t, "Direct leak of 100 byte(s) in 1 object(s)", 1);
     free((void *)(deep_hidden ^ HIDE));
+}
+
+/* The same copies, and the thread exits: glibc keeps its stack mapped for
+ * the next thread it starts, copies and all (they hid the leak). Its
+ * descriptor stays scanned: the value pthread_join returns is there. */
+static void *exiting_leaker(void *arg)
+{
+    assert_int_equal(crawl_thread_attach(), 0);
+    leak_deeper(152, &exited_hidden);
+    return arg;                          /* exits attached */
+}
+
+static void test_exited_threads_stack_hides_nothing(void **state)
+{
+    (void)state;
+    pthread_t t;
+    assert_int_equal(pthread_create(&t, NULL, exiting_leaker, NULL), 0);
+    assert_int_equal(pthread_join(t, NULL), 0);
+    check_into_report();
+    if (!strstr(report, "Direct leak of 152 byte(s) in 1 object(s)"))
+        print_message("%s", report);
+    assert_non_null(strstr(report, "Direct leak of 152 byte(s) in 1 object(s)"));
+    free((void *)(exited_hidden ^ HIDE));
+}
+
+/* ... but a thread glibc has since started on that stack is alive: a
+ * chunk only its stack holds is reachable. That thread is not attached
+ * (it neither allocates nor walks), so its stack is scanned as anonymous
+ * memory, whole. */
+static _Atomic(void *) handoff, handed_back;
+
+static void *stack_taker(void *arg)
+{
+    (void)arg;
+    void *volatile mine = atomic_exchange(&handoff, NULL);
+    wait_gate();
+    atomic_store(&handed_back, mine);
+    return NULL;
+}
+
+static void test_reused_stack_of_a_live_thread_is_scanned(void **state)
+{
+    (void)state;
+    pthread_t gone, t;
+    assert_int_equal(pthread_create(&gone, NULL, exiting_leaker, NULL), 0);
+    assert_int_equal(pthread_join(gone, NULL), 0);
+    free((void *)(exited_hidden ^ HIDE));
+    void *p = malloc(168);
+    atomic_store(&handoff, p);
+    p = NULL;
+    scrub();
+    assert_int_equal(pthread_create(&t, NULL, stack_taker, NULL), 0);
+    if (!pthread_equal(t, gone)) {       /* glibc took another of its cached stacks */
+        wait_parked();
+        open_gate(t);
+        free(atomic_exchange(&handed_back, NULL));
+        skip();
+    }
+    check_while_parked(t, "of 168 byte(s)", 0);
+    free(atomic_exchange(&handed_back, NULL));
+}
+
+/* ... and a chunk only an exited, not yet joined thread's return value
+ * holds (in its descriptor) is not leaked. */
+static void *returner(void *arg)
+{
+    (void)arg;
+    assert_int_equal(crawl_thread_attach(), 0);
+    void *p = malloc(136);
+    scrub();
+    return p;
+}
+
+static void test_unjoined_threads_result_is_reachable(void **state)
+{
+    (void)state;
+    pthread_t t;
+    assert_int_equal(pthread_create(&t, NULL, returner, NULL), 0);
+    usleep(50000);                       /* exited, not joined */
+    check_into_report();
+    if (strstr(report, "of 136 byte(s)"))
+        print_message("%s", report);
+    assert_null(strstr(report, "of 136 byte(s)"));
+    void *p = NULL;
+    assert_int_equal(pthread_join(t, &p), 0);
+    assert_non_null(p);
+    free(p);
 }
 
 /* A chunk whose only reference is in a parked thread's callee-saved
@@ -334,6 +422,9 @@ int main(void)
         cmocka_unit_test(test_self_pointer_is_a_direct_leak),
         cmocka_unit_test(test_check_while_chunks_come_and_go),
         cmocka_unit_test(test_dead_stack_below_sp_hides_nothing),
+        cmocka_unit_test(test_exited_threads_stack_hides_nothing),
+        cmocka_unit_test(test_reused_stack_of_a_live_thread_is_scanned),
+        cmocka_unit_test(test_unjoined_threads_result_is_reachable),
         cmocka_unit_test(test_parked_threads_registers_are_roots),
         cmocka_unit_test(test_stack_pool_rest_is_scanned),
     };
