@@ -347,12 +347,13 @@ static void list_thread(crawl__thread *th, void *arg)
 }
 
 /* Where another thread was when its walk signal came: its stack pointer and
- * callee-saved registers (the caller-saved ones hold nothing a blocked
- * thread keeps across the call it waits in). */
+ * every general-purpose register (a thread stopped in the middle of a
+ * computation may hold a pointer in any of them, as LeakSanitizer reads
+ * them all through ptrace). */
 typedef struct thread_at {
     int got;
     uintptr_t sp;
-    uintptr_t regs[8];
+    uintptr_t regs[SW_GPRS];
 } thread_at;
 
 static crawl_action first_frame(const crawl_cf *cf, void *arg)
@@ -361,7 +362,7 @@ static crawl_action first_frame(const crawl_cf *cf, void *arg)
     const crawl_regs *r = crawl_cf_regs(cf);
     at->got = 1;
     at->sp = crawl_cf_sp(cf);
-    if (r) {
+    if (sw_walk_thread_gprs(at->regs) != 0 && r) {   /* (a walk of this thread: none) */
         uintptr_t v[8] = {r->ip, r->sp, r->fp, r->bx, r->r12, r->r13, r->r14, r->r15};
         memcpy(at->regs, v, sizeof v);
     }

@@ -106,6 +106,11 @@ const sw_rules *sw_module_rules(sw_module *m);
 void sw_modules_compile_at(const uintptr_t *pcs, unsigned n);
 /* threads.c: the signal crawl_walk_thread sends (or will send by default). */
 int sw_walk_signal_now(void);
+/* threads.c: inside a crawl_walk_thread callback, the stopped thread's
+ * general-purpose registers as its signal found them (rax...r15, rsp,
+ * rip: SW_GPRS values, in that order) into out; 0, or -1 outside one. */
+#define SW_GPRS 17
+int sw_walk_thread_gprs(uintptr_t out[SW_GPRS]);
 /* Compile every loaded module; the number with CFI, or a negative errno. */
 int sw_modules_warm(void);
 /* cfi_cache.c: read a module's CFI into a table (normal context, under

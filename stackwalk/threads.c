@@ -54,6 +54,8 @@ static struct {
     crawl_walk_status status;
     unsigned n;
     copy *frames;                       /* MAX_FRAMES, mapped on first use (data stays small) */
+    uintptr_t gprs[SW_GPRS];            /* the target's registers (sw_walk_thread_gprs) */
+    atomic_int caller;                  /* the requester's tid while it runs the callback */
 } req;
 static pthread_mutex_t req_lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_mutex_t dump_lock = PTHREAD_MUTEX_INITIALIZER;   /* outside req_lock */
@@ -116,6 +118,12 @@ static void on_walk_signal(int sig, siginfo_t *si, void *ucv)
     }
     unsigned mine = req.seq;
     req.n = 0;
+    const greg_t *g = ((const ucontext_t *)ucv)->uc_mcontext.gregs;
+    static const int which[SW_GPRS] = {REG_RAX, REG_RBX, REG_RCX, REG_RDX, REG_RSI, REG_RDI,
+                                       REG_RBP, REG_RSP, REG_R8,  REG_R9,  REG_R10, REG_R11,
+                                       REG_R12, REG_R13, REG_R14, REG_R15, REG_RIP};
+    for (int i = 0; i < SW_GPRS; i++)
+        req.gprs[i] = (uintptr_t)g[which[i]];
     req.status = crawl_walk_context((const ucontext_t *)ucv, keep, NULL,
                                     req.flags | CRAWL_WALK_SIGNAL_SAFE);
     atomic_store(&req.state, WALKED(self));
@@ -127,6 +135,15 @@ static void on_walk_signal(int sig, siginfo_t *si, void *ucv)
         futex((atomic_int *)&req.released, FUTEX_WAIT_PRIVATE, (int)r, NULL);
     }
     errno = saved;
+}
+
+int sw_walk_thread_gprs(uintptr_t out[SW_GPRS])
+{
+    /* (a caller that finds its own tid there holds req_lock) */
+    if (atomic_load_explicit(&req.caller, memory_order_relaxed) != (int)syscall(SYS_gettid))
+        return -1;
+    memcpy(out, req.gprs, sizeof req.gprs);
+    return 0;
 }
 
 int sw_walk_signal_now(void)
@@ -241,6 +258,7 @@ int crawl_walk_thread_timeout(pid_t tid, crawl_walk_fn fn, void *ctx, unsigned f
         rc = req.status;                 /* DONE or FAILED (ABORTED: the buffer filled up) */
         if (rc == CRAWL_WALK_ABORTED)
             rc = CRAWL_WALK_DONE;
+        atomic_store_explicit(&req.caller, (int)syscall(SYS_gettid), memory_order_relaxed);
         for (unsigned i = 0; i < req.n; i++) {
             req.frames[i].cf.thread = f.seq;
             if (fn(&req.frames[i].cf, ctx) == CRAWL_ABORT) {
@@ -248,6 +266,7 @@ int crawl_walk_thread_timeout(pid_t tid, crawl_walk_fn fn, void *ctx, unsigned f
                 break;
             }
         }
+        atomic_store_explicit(&req.caller, 0, memory_order_relaxed);
         atomic_store(&req.state, 0);
         atomic_store(&req.released, req.seq);
         futex((atomic_int *)&req.released, FUTEX_WAKE_PRIVATE, INT_MAX, NULL);

@@ -248,8 +248,8 @@ CRAWL_API crawl_heap_format crawl_heap_format_for(const char *path);
  * recorded chunks, then the chunks reached, transitively. A chunk not
  * reached is a leak: "direct" when no other leaked chunk points to it,
  * "indirect" otherwise (a chunk's pointers to itself do not count). Other
- * attached threads give their stack pointer and callee-saved registers
- * through crawl's walk signal (crawl_walk_thread; one that blocks it is
+ * attached threads give their stack pointer and every general-purpose
+ * register through crawl's walk signal (crawl_walk_thread; one that blocks it is
  * not asked, and it and one that does not answer within 200 ms have their
  * whole stacks scanned). They are not stopped while
  * the scan runs: memory they may unmap meanwhile is read through

@@ -4,7 +4,8 @@
  * nearly SIZE_MAX wrapped to a small block; a leaked chunk that points to
  * itself was called an indirect leak; the check crashed when another
  * thread unmapped a large chunk while it ran; a parked thread's registers
- * were not read (a chunk only there was called leaked) and its stack was
+ * were not read, nor later a running one's caller-saved ones (a chunk only
+ * there was called leaked), and its stack was
  * read whole, below its stack pointer too (a stale copy of a leaked
  * chunk's address there hid the leak), and so was the stack of a thread
  * that had exited, which glibc keeps for reuse. Linked against
@@ -369,6 +370,41 @@ static void test_parked_threads_registers_are_roots(void **state)
     free((void *)(reg_hidden ^ HIDE));
 }
 
+/* ... and one stopped in the middle of a computation: a chunk whose only
+ * reference is in a caller-saved register (r8) is reachable too. */
+static void *spinner(void *arg)
+{
+    (void)arg;
+    assert_int_equal(crawl_thread_attach(), 0);
+    void *p = malloc(120);
+    reg_hidden = (uintptr_t)p ^ HIDE;
+    register void *held __asm__("r8") = p;
+    p = NULL;
+    __asm__ volatile("" : "+r"(held));
+    scrub();
+    atomic_fetch_add(&parked, 1);
+    __asm__ volatile("1:\n\t"
+                     "pause\n\t"
+                     "movl (%%rbx), %%eax\n\t"
+                     "testl %%eax, %%eax\n\t"
+                     "jz 1b"
+                     : "+r"(held)
+                     : "b"(&gate)
+                     : "rax", "memory", "cc");
+    __asm__ volatile("" : "+r"(held));
+    crawl_thread_detach();
+    return NULL;
+}
+
+static void test_running_threads_registers_are_roots(void **state)
+{
+    (void)state;
+    pthread_t t;
+    assert_int_equal(pthread_create(&t, NULL, spinner, NULL), 0);
+    check_while_parked(t, "of 120 byte(s)", 0);
+    free((void *)(reg_hidden ^ HIDE));
+}
+
 /* A thread whose stack is carved out of a larger mapping (a stack pool):
  * the rest of that mapping is scanned as before, only the stack itself
  * from the thread's stack pointer. (The whole mapping was left out for a
@@ -426,6 +462,7 @@ int main(void)
         cmocka_unit_test(test_reused_stack_of_a_live_thread_is_scanned),
         cmocka_unit_test(test_unjoined_threads_result_is_reachable),
         cmocka_unit_test(test_parked_threads_registers_are_roots),
+        cmocka_unit_test(test_running_threads_registers_are_roots),
         cmocka_unit_test(test_stack_pool_rest_is_scanned),
     };
     /* ctest runs the stack-pool case in a process of its own as well:
