@@ -53,11 +53,14 @@ void crawl__threads_foreach(void (*fn)(crawl__thread *th, void *ctx), void *ctx)
  * detach). */
 void crawl__threads_foreach_locked(void (*fn)(crawl__thread *th, void *ctx), void *ctx);
 
-/* The stacks attached threads had, newest last: [lo, hi) and the thread's
- * descriptor pd (pthread_self(), inside a stack glibc or the program made
- * for a thread; the main thread's is elsewhere and is not kept). After the
- * thread exits, glibc keeps its stack for its next threads, and the leak
- * check tells from pd which of these are dead. Copies at most max of them
+/* The stacks glibc made that attached threads had, newest last: [lo, hi)
+ * and the thread's descriptor pd (pthread_self(), at the stack's top).
+ * After the thread exits, glibc keeps its stack for its next threads (with
+ * the descriptor where it was), and the leak check tells from pd which of
+ * these are dead. Not kept: the main thread's (its descriptor is
+ * elsewhere) and a stack the program gave (no guard page: glibc reports
+ * its guard size as 0), which the program may hand to a thread of another
+ * size, whose descriptor lies elsewhere in it. Copies at most max of them
  * into out (under the registry's lock, normal context) and returns how
  * many. An attach drops what its stack overlaps; the oldest go past
  * CRAWL__STACKS_SEEN. */
@@ -167,6 +170,8 @@ static inline void crawl__unlock(pthread_mutex_t *m)
  * (a sampled allocation asks for the thread's id, which attaches, which
  * would take that lock again). */
 int crawl__own_stack(uintptr_t *lo, uintptr_t *hi);
+/* The same, and its guard size (0: a stack the program gave, or none). */
+int crawl__own_stack_guard(uintptr_t *lo, uintptr_t *hi, size_t *guard);
 
 /* Print "crawl: fatal: <message>" on stderr with one write(2) and abort.
  * For API misuse and corruption only. Async-signal-safe in practice

@@ -40,7 +40,7 @@ static void see_stack(uintptr_t lo, uintptr_t hi, uintptr_t pd)
             seen[k++] = seen[i];
     nseen = k;
     if (pd < lo || pd >= hi)
-        return;                          /* (the main thread's descriptor is elsewhere) */
+        return;                          /* not glibc's (see crawl__stacks_seen) */
     if (nseen == CRAWL__STACKS_SEEN)
         memmove(seen, seen + 1, --nseen * sizeof *seen);
     seen[nseen++] = (crawl__stack_seen){lo, hi, pd};
@@ -133,6 +133,11 @@ static void make_exit_key(void)
 
 int crawl__own_stack(uintptr_t *lo, uintptr_t *hi)
 {
+    return crawl__own_stack_guard(lo, hi, NULL);
+}
+
+int crawl__own_stack_guard(uintptr_t *lo, uintptr_t *hi, size_t *guard)
+{
     pthread_attr_t attr;
     crawl__busy++;
     int rc = pthread_getattr_np(pthread_self(), &attr);
@@ -142,6 +147,8 @@ int crawl__own_stack(uintptr_t *lo, uintptr_t *hi)
     void *addr = NULL;
     size_t size = 0;
     rc = pthread_attr_getstack(&attr, &addr, &size);
+    if (!rc && guard)
+        rc = pthread_attr_getguardsize(&attr, guard);
     pthread_attr_destroy(&attr);
     if (rc)
         return rc;
@@ -161,7 +168,8 @@ int crawl_thread_attach(void)
         return 0;
 
     uintptr_t lo, hi;
-    int rc = crawl__own_stack(&lo, &hi);
+    size_t guard = 0;
+    int rc = crawl__own_stack_guard(&lo, &hi, &guard);
     if (rc)
         return -rc;
 
@@ -182,7 +190,7 @@ int crawl_thread_attach(void)
 
     __atomic_store_n(&th->attached, 1, __ATOMIC_RELAXED);
     pthread_mutex_lock(&registry_lock);
-    see_stack(lo, hi, (uintptr_t)pthread_self());
+    see_stack(lo, hi, guard ? (uintptr_t)pthread_self() : 0);
     th->reg_prev = NULL;
     th->reg_next = registry_head;
     if (registry_head)

@@ -246,8 +246,8 @@ typedef struct thread_list {
 /* Where glibc keeps a thread's kernel tid in its descriptor, as it tells
  * debuggers (libthread_db's field descriptor _thread_db_pthread_tid: bits,
  * count, offset), checked against this thread's own; -1 if unknown. The
- * kernel clears that tid when the thread exits (0), and glibc marks a
- * stack it keeps for reuse with -1. */
+ * kernel clears that tid when the thread exits (0), and pthread_join sets
+ * it to -1. */
 static long tid_offset(void)
 {
     const uint32_t *d = dlsym(RTLD_DEFAULT, "_thread_db_pthread_tid");
@@ -258,35 +258,42 @@ static long tid_offset(void)
     return tid == gettid() ? (long)d[2] : -1;
 }
 
-/* The stacks of attached threads that have exited, which glibc keeps for
- * its next threads (or the program keeps, a stack it made): out gets the
- * part of each below the thread's descriptor, dead. A stack is dead when
- * its descriptor still points to itself (the TCB's self pointers) and
- * holds no tid (0 or -1: glibc's own test of a free stack), and no
- * attached thread's stack overlaps it; a stack another thread has since
- * taken holds that thread's tid. The descriptor itself
- * stays scanned: it keeps the value pthread_join will return. Returns how
- * many (0 when glibc does not tell where the tid is). */
-static size_t dead_stacks(uintptr_t (*out)[2], size_t max, const thread_list *threads)
+/* 1 if the thread descriptor pd is a dead thread's: it still points to
+ * itself (the TCB's self pointers) and holds no tid (0 or -1: glibc's own
+ * test of a free stack). A thread glibc has started since on that stack
+ * has its descriptor at the same place, with its tid. */
+static int dead_descriptor(uintptr_t pd, long tid_off)
 {
-    long off = tid_offset();
-    if (off < 0)
+    uintptr_t head[3];
+    pid_t tid;
+    return read_safe(head, pd, sizeof head) == (ssize_t)sizeof head && head[0] == pd &&
+           head[2] == pd &&
+           read_safe(&tid, pd + (uintptr_t)tid_off, sizeof tid) == (ssize_t)sizeof tid &&
+           tid <= 0;
+}
+
+/* The stacks glibc made for attached threads that have exited, which it
+ * keeps for its next threads (crawl__stacks_seen): out gets the part of
+ * each below the thread's descriptor, dead, where that descriptor is dead
+ * and no attached thread's stack overlaps. The descriptor itself stays
+ * scanned: it keeps the value pthread_join will return. Returns how many
+ * (0 when glibc does not tell where the tid is). */
+static size_t dead_stacks(uintptr_t (*out)[2], size_t max, const thread_list *threads,
+                          long tid_off)
+{
+    if (tid_off < 0)
         return 0;
     crawl__stack_seen seen[CRAWL__STACKS_SEEN];
     size_t n = crawl__stacks_seen(seen, max < CRAWL__STACKS_SEEN ? max : CRAWL__STACKS_SEEN);
     size_t k = 0;
     for (size_t i = 0; i < n; i++) {
-        uintptr_t pd = seen[i].pd, head[3];
-        pid_t tid;
-        if (read_safe(head, pd, sizeof head) != (ssize_t)sizeof head || head[0] != pd ||
-            head[2] != pd || read_safe(&tid, pd + (uintptr_t)off, sizeof tid) != sizeof tid ||
-            tid > 0)
+        if (!dead_descriptor(seen[i].pd, tid_off))
             continue;                    /* gone, reused, or its thread alive */
         int taken = 0;
         for (size_t t = 0; t < threads->n && !taken; t++)
             taken = threads->stack[t][0] < seen[i].hi && threads->stack[t][1] > seen[i].lo;
         if (!taken) {
-            out[k][0] = seen[i].lo, out[k][1] = pd;
+            out[k][0] = seen[i].lo, out[k][1] = seen[i].pd;
             k++;
         }
     }
@@ -405,9 +412,10 @@ static void scan_other_thread(scan *s, pid_t tid, const uintptr_t stack[2], cons
                  ? -EAGAIN
                  : crawl_walk_thread_timeout(tid, first_frame, &at, CRAWL_WALK_FAST,
                                              LEAK_WALK_TIMEOUT_MS);
-    if (rc >= 0 && at.got && at.sp - RED_ZONE >= lo && at.sp < hi) {
+    if (rc >= 0 && at.got) {
         scan_words_of(s, at.regs, sizeof at.regs / sizeof at.regs[0]);
-        lo = at.sp - RED_ZONE;
+        if (at.sp - RED_ZONE >= lo && at.sp < hi)
+            lo = at.sp - RED_ZONE;       /* (else on a signal stack: all of it) */
     }
     for (size_t i = 0; i < m->n; i++) {   /* the mapped part of [lo, hi) */
         uintptr_t a = m->r[i][0] > lo ? m->r[i][0] : lo;
@@ -468,8 +476,14 @@ static __attribute__((noinline)) void scan_roots(scan *s)
     s->vanishing = 1;                    /* other threads' stacks, mappings read a moment ago */
     for (size_t i = 0; i < l.n; i++)     /* (walks take the registry's lock: outside it) */
         scan_other_thread(s, l.tid[i], l.stack[i], &m);
-    size_t dead = l.stack ? dead_stacks(l.stack + l.n, CRAWL__STACKS_SEEN, &l) : 0;
+    long tid_off = tid_offset();
+    size_t dead = l.stack ? dead_stacks(l.stack + l.n, CRAWL__STACKS_SEEN, &l, tid_off) : 0;
     scan_anonymous(s, &m, (uintptr_t)__builtin_frame_address(0), l.stack, l.n + dead);
+    /* a thread glibc started on a dead stack while the scan ran: its stack
+     * is scanned now, whole */
+    for (size_t i = l.n; i < l.n + dead; i++)
+        if (!dead_descriptor(l.stack[i][1], tid_off))
+            scan_range(s, l.stack[i][0], l.stack[i][1], REACHABLE);
     s->vanishing = 0;
     free(l.tid);
     free(l.stack);

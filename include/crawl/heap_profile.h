@@ -259,11 +259,13 @@ CRAWL_API crawl_heap_format crawl_heap_format_for(const char *path);
  * "SUMMARY: ..."). The number of leaked objects, or a negative errno
  * value. Threads crawl does not know have their stacks scanned whole as
  * anonymous memory and no registers: run it when they are gone or idle
- * (at exit). A stack an attached thread had is left out below its thread
- * descriptor once that thread has exited and none runs there (the stack
- * glibc keeps for its next threads: stale copies of an address there would
- * hide a leak); the descriptor, with the value pthread_join returns, is
- * still scanned. Allocates; not async-signal-safe; thread-safe. */
+ * (at exit). A stack glibc made for an attached thread is left out below
+ * the thread's descriptor while glibc's record there says the thread has
+ * exited (glibc keeps such stacks for its next threads: stale copies of an
+ * address there would hide a leak; a thread it starts there later has its
+ * tid at that place and is scanned); the descriptor, with the value
+ * pthread_join returns, is still scanned. Allocates; not
+ * async-signal-safe; thread-safe. */
 CRAWL_API long crawl_leak_check(int fd);
 
 #ifdef __cplusplus

@@ -30,6 +30,7 @@
 #include <linux/futex.h>
 #include <sys/mman.h>
 #include <sys/syscall.h>
+#include <sys/wait.h>
 
 static size_t live_bytes(void)
 {
@@ -198,6 +199,7 @@ static void check_while_parked(pthread_t t, const char *text, int present)
  * then the thread parks in a shallower one: the copies lie below its stack
  * pointer, dead. */
 static uintptr_t deep_hidden, exited_hidden;
+#define POOL_STACK (1u << 20)            /* a stack the program makes */
 
 __attribute__((noinline)) static void leak_deep(size_t n, uintptr_t *hidden_out)
 {
@@ -298,6 +300,77 @@ static void test_reused_stack_of_a_live_thread_is_scanned(void **state)
     free(atomic_exchange(&handed_back, NULL));
 }
 
+/* ... and one that ran on a stack the program gave is not remembered: the
+ * program may start a thread of another size on that memory (not attached,
+ * its descriptor elsewhere in it), whose chunk is reachable. */
+static void *attach_and_exit(void *arg)
+{
+    assert_int_equal(crawl_thread_attach(), 0);
+    return arg;
+}
+
+static void test_program_stack_given_again_is_scanned(void **state)
+{
+    (void)state;
+    char *region = mmap(NULL, POOL_STACK, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
+                        -1, 0);
+    assert_true(region != MAP_FAILED);
+    pthread_attr_t attr;
+    pthread_t t;
+    assert_int_equal(pthread_attr_init(&attr), 0);
+    assert_int_equal(pthread_attr_setstack(&attr, region, POOL_STACK), 0);
+    assert_int_equal(pthread_create(&t, &attr, attach_and_exit, NULL), 0);
+    assert_int_equal(pthread_join(t, NULL), 0);
+    void *p = malloc(184);
+    atomic_store(&handoff, p);
+    p = NULL;
+    scrub();
+    assert_int_equal(pthread_attr_setstack(&attr, region, POOL_STACK / 4), 0);
+    assert_int_equal(pthread_create(&t, &attr, stack_taker, NULL), 0);
+    pthread_attr_destroy(&attr);
+    check_while_parked(t, "of 184 byte(s)", 0);
+    free(atomic_exchange(&handed_back, NULL));
+    munmap(region, POOL_STACK);
+}
+
+/* In a child of fork the parent's other threads are gone: a chunk only a
+ * parked thread's stack held there is leaked in the child. */
+static uintptr_t fork_hidden;
+
+static void *fork_holder(void *arg)
+{
+    (void)arg;
+    assert_int_equal(crawl_thread_attach(), 0);
+    leak_deeper(200, &fork_hidden);      /* copies below where it parks: dead anyway */
+    void *volatile mine = (void *)(fork_hidden ^ HIDE);   /* live, in this frame */
+    wait_gate();
+    __asm__ volatile("" : : "m"(mine));
+    crawl_thread_detach();
+    return NULL;
+}
+
+static void test_forks_child_leaks_what_only_other_threads_held(void **state)
+{
+    (void)state;
+    pthread_t t;
+    assert_int_equal(pthread_create(&t, NULL, fork_holder, NULL), 0);
+    wait_parked();
+    check_into_report();                 /* the parent: reachable from the parked thread */
+    assert_null(strstr(report, "of 200 byte(s)"));
+    pid_t child = fork();
+    assert_true(child >= 0);
+    if (child == 0) {
+        check_into_report();
+        _exit(strstr(report, "Direct leak of 200 byte(s) in 1 object(s)") ? 0 : 1);
+    }
+    int status = 0;
+    assert_int_equal(waitpid(child, &status, 0), child);
+    open_gate(t);
+    free((void *)(fork_hidden ^ HIDE));
+    assert_true(WIFEXITED(status));
+    assert_int_equal(WEXITSTATUS(status), 0);
+}
+
 /* ... and a chunk only an exited, not yet joined thread's return value
  * holds (in its descriptor) is not leaked. */
 static void *returner(void *arg)
@@ -372,10 +445,8 @@ static void test_parked_threads_registers_are_roots(void **state)
 
 /* ... and one stopped in the middle of a computation: a chunk whose only
  * reference is in a caller-saved register (r8) is reachable too. */
-static void *spinner(void *arg)
+static void hold_in_r8_until_gate(void)
 {
-    (void)arg;
-    assert_int_equal(crawl_thread_attach(), 0);
     void *p = malloc(120);
     reg_hidden = (uintptr_t)p ^ HIDE;
     register void *held __asm__("r8") = p;
@@ -392,6 +463,13 @@ static void *spinner(void *arg)
                      : "b"(&gate)
                      : "rax", "memory", "cc");
     __asm__ volatile("" : "+r"(held));
+}
+
+static void *spinner(void *arg)
+{
+    (void)arg;
+    assert_int_equal(crawl_thread_attach(), 0);
+    hold_in_r8_until_gate();
     crawl_thread_detach();
     return NULL;
 }
@@ -412,7 +490,6 @@ static void test_running_threads_registers_are_roots(void **state)
  * other cases, the chunk's address is still found in the stale stacks of
  * the threads they joined, so ctest runs this case alone too:
  * test_preload_edges_pool, which fails with that code.) */
-#define POOL_STACK (1u << 20)
 
 static void *pool_parker(void *arg)
 {
@@ -460,6 +537,8 @@ int main(void)
         cmocka_unit_test(test_dead_stack_below_sp_hides_nothing),
         cmocka_unit_test(test_exited_threads_stack_hides_nothing),
         cmocka_unit_test(test_reused_stack_of_a_live_thread_is_scanned),
+        cmocka_unit_test(test_program_stack_given_again_is_scanned),
+        cmocka_unit_test(test_forks_child_leaks_what_only_other_threads_held),
         cmocka_unit_test(test_unjoined_threads_result_is_reachable),
         cmocka_unit_test(test_parked_threads_registers_are_roots),
         cmocka_unit_test(test_running_threads_registers_are_roots),
