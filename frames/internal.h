@@ -59,8 +59,9 @@ void crawl__threads_foreach_locked(void (*fn)(crawl__thread *th, void *ctx), voi
  * the descriptor where it was), and the leak check tells from pd which of
  * these are dead. Not kept: the main thread's (its descriptor is
  * elsewhere) and a stack the program gave (no guard page: glibc reports
- * its guard size as 0), which the program may hand to a thread of another
- * size, whose descriptor lies elsewhere in it. Copies at most max of them
+ * its guard size as 0, as for a stack it made without one), which the
+ * program may hand to a thread of another size, whose descriptor lies
+ * elsewhere in it. Copies at most max of them
  * into out (under the registry's lock, normal context) and returns how
  * many. An attach drops what its stack overlaps; the oldest go past
  * CRAWL__STACKS_SEEN. */

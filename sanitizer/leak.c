@@ -33,6 +33,8 @@ __attribute__((constructor)) static void look_up_glibc(void)
 {
     *(void **)&glibc.tls_static_info = dlsym(RTLD_DEFAULT, "_dl_get_tls_static_info");
     glibc.tid_desc = dlsym(RTLD_DEFAULT, "_thread_db_pthread_tid");
+    if (!glibc.tls_static_info || !glibc.tid_desc)
+        (void)dlerror();                 /* (another libc): its message is not the program's */
 }
 
 typedef struct scan {
@@ -204,23 +206,38 @@ static int scan_module(struct dl_phdr_info *info, size_t size, void *arg)
 typedef struct maps {
     uintptr_t (*r)[3];                  /* lo, hi, 1 anonymous and writable, 2 [heap] */
     size_t n;
+    uintptr_t *guard_hi;                /* ends of anonymous mappings with no access ---p */
+    size_t nguard;
 } maps;
 
 static void read_maps(maps *m)
 {
     m->r = NULL, m->n = 0;
+    m->guard_hi = NULL, m->nguard = 0;
     FILE *f = fopen("/proc/self/maps", "re");
     if (!f)
         return;
-    size_t cap = 0;
+    size_t cap = 0, gcap = 0;
     char line[512];
     while (fgets(line, sizeof line, f)) {
         unsigned long lo, hi, off, inode;
         char perms[8], dev[16];
         int pathat = 0;
         if (sscanf(line, "%lx-%lx %7s %lx %15s %lu %n", &lo, &hi, perms, &off, dev, &inode,
-                   &pathat) < 6 ||
-            perms[0] != 'r')
+                   &pathat) < 6)
+            continue;
+        if (strcmp(perms, "---p") == 0 && inode == 0) {
+            if (m->nguard == gcap) {
+                gcap = gcap ? gcap * 2 : 64;
+                uintptr_t *more = realloc(m->guard_hi, gcap * sizeof *more);
+                if (!more)
+                    continue;
+                m->guard_hi = more;
+            }
+            m->guard_hi[m->nguard++] = hi;
+            continue;
+        }
+        if (perms[0] != 'r')
             continue;
         const char *path = pathat ? line + pathat : "";
         int anon = inode != 0 || perms[1] != 'w'       ? 0
@@ -287,14 +304,29 @@ static int dead_descriptor(uintptr_t pd, long tid_off)
            tid <= 0;
 }
 
+/* 1 if [lo, hi) is still laid out as glibc maps a thread's stack: a
+ * mapping starting at lo, right above a guard mapping (no access) that
+ * ends there. glibc may have unmapped a stack it kept, and the program
+ * mapped something else there since. */
+static int still_a_stack(const maps *m, uintptr_t lo)
+{
+    int guard = 0, starts = 0;
+    for (size_t i = 0; i < m->nguard && !guard; i++)
+        guard = m->guard_hi[i] == lo;
+    for (size_t i = 0; i < m->n && !starts; i++)
+        starts = m->r[i][0] == lo;
+    return guard && starts;
+}
+
 /* The stacks glibc made for attached threads that have exited, which it
  * keeps for its next threads (crawl__stacks_seen): out gets the part of
- * each below the thread's descriptor, dead, where that descriptor is dead
- * and no attached thread's stack overlaps. The descriptor itself stays
- * scanned: it keeps the value pthread_join will return. Returns how many
- * (0 when glibc does not tell where the tid is). */
+ * each below the thread's descriptor, dead, where the stack is still laid
+ * out as glibc's, that descriptor is dead, and no attached thread's stack
+ * overlaps. The descriptor itself stays scanned: it keeps the value
+ * pthread_join will return. Returns how many (0 when glibc does not tell
+ * where the tid is). */
 static size_t dead_stacks(uintptr_t (*out)[2], size_t max, const thread_list *threads,
-                          long tid_off)
+                          const maps *m, long tid_off)
 {
     if (tid_off < 0)
         return 0;
@@ -302,7 +334,7 @@ static size_t dead_stacks(uintptr_t (*out)[2], size_t max, const thread_list *th
     size_t n = crawl__stacks_seen(seen, max < CRAWL__STACKS_SEEN ? max : CRAWL__STACKS_SEEN);
     size_t k = 0;
     for (size_t i = 0; i < n; i++) {
-        if (!dead_descriptor(seen[i].pd, tid_off))
+        if (!still_a_stack(m, seen[i].lo) || !dead_descriptor(seen[i].pd, tid_off))
             continue;                    /* gone, reused, or its thread alive */
         int taken = 0;
         for (size_t t = 0; t < threads->n && !taken; t++)
@@ -419,6 +451,17 @@ static int blocks_signal(pid_t tid, int sig)
     return blocked;
 }
 
+/* The readable, mapped parts of [lo, hi) */
+static void scan_mapped(scan *s, const maps *m, uintptr_t lo, uintptr_t hi)
+{
+    for (size_t i = 0; i < m->n; i++) {
+        uintptr_t a = m->r[i][0] > lo ? m->r[i][0] : lo;
+        uintptr_t b = m->r[i][1] < hi ? m->r[i][1] : hi;
+        if (a < b)
+            scan_range(s, a, b, REACHABLE);
+    }
+}
+
 static void scan_other_thread(scan *s, pid_t tid, const uintptr_t stack[2], const maps *m)
 {
     thread_at at = {0};
@@ -432,17 +475,12 @@ static void scan_other_thread(scan *s, pid_t tid, const uintptr_t stack[2], cons
         if (at.sp - RED_ZONE >= lo && at.sp < hi)
             lo = at.sp - RED_ZONE;       /* (else on a signal stack: all of it) */
     }
-    for (size_t i = 0; i < m->n; i++) {   /* the mapped part of [lo, hi) */
-        uintptr_t a = m->r[i][0] > lo ? m->r[i][0] : lo;
-        uintptr_t b = m->r[i][1] < hi ? m->r[i][1] : hi;
-        if (a < b)
-            scan_range(s, a, b, REACHABLE);
-    }
+    scan_mapped(s, m, lo, hi);
 }
 
 /* The calling thread's static TLS block and TCB, and the DTV's dynamic
  * TLS pointers (x86-64: the thread pointer is the TCB; TLS lies below). */
-static void scan_own_tls(scan *s)
+static void scan_own_tls(scan *s, const maps *m)
 {
     uintptr_t tp = (uintptr_t)pthread_self();
     size_t tls_size = 4096, align = 64;
@@ -451,10 +489,8 @@ static void scan_own_tls(scan *s)
     if (tls_size > (64u << 20))
         tls_size = 64u << 20;
     /* (the size counts the TCB above tp too: the range may start below the
-     * TLS block's mapping, so it is read through the kernel) */
-    s->vanishing = 1;
-    scan_range(s, tp - tls_size, tp + 2 * sizeof(uintptr_t), REACHABLE);
-    s->vanishing = 0;
+     * TLS block's mapping) */
+    scan_mapped(s, m, tp - tls_size, tp + 2 * sizeof(uintptr_t));
     const uintptr_t *dtv = ((const uintptr_t **)tp)[1];
     if (dtv) {
         size_t slots = dtv[-2];          /* dtv[-1].counter: the entries */
@@ -481,9 +517,9 @@ static __attribute__((noinline)) void scan_roots(scan *s)
 {
     __builtin_unwind_init();             /* callee-saved registers into this frame */
     scan_own_stack(s);
-    scan_own_tls(s);
     maps m = {0};
     read_maps(&m);
+    scan_own_tls(s, &m);
     thread_list l = {.cap = 4096};
     l.tid = malloc(l.cap * sizeof *l.tid);
     /* the other attached threads' stacks, then the dead ones */
@@ -494,7 +530,7 @@ static __attribute__((noinline)) void scan_roots(scan *s)
     for (size_t i = 0; i < l.n; i++)     /* (walks take the registry's lock: outside it) */
         scan_other_thread(s, l.tid[i], l.stack[i], &m);
     long tid_off = tid_offset();
-    size_t dead = l.stack ? dead_stacks(l.stack + l.n, CRAWL__STACKS_SEEN, &l, tid_off) : 0;
+    size_t dead = l.stack ? dead_stacks(l.stack + l.n, CRAWL__STACKS_SEEN, &l, &m, tid_off) : 0;
     scan_anonymous(s, &m, (uintptr_t)__builtin_frame_address(0), l.stack, l.n + dead);
     /* a thread glibc started on a dead stack while the scan ran: its stack
      * is scanned now, whole */
@@ -505,6 +541,7 @@ static __attribute__((noinline)) void scan_roots(scan *s)
     free(l.tid);
     free(l.stack);
     free(m.r);
+    free(m.guard_hi);
     dl_iterate_phdr(scan_module, s);
 }
 

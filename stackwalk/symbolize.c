@@ -1,6 +1,7 @@
 /* Symbolization through elfutils libdwfl: function, file:line, module,
  * from the process's one session (dwfl.c), under its lock. */
 #include <dlfcn.h>
+#include <link.h>
 #include <elfutils/libdw.h>
 #include <elfutils/libdwfl.h>
 #include <errno.h>
@@ -54,22 +55,58 @@ static char *stash(const char *s, char *buf, size_t len, size_t *used, int *full
 /* A C++ symbol's name as people read it ("operator new[](unsigned long)"),
  * through the C++ runtime's demangler when the process has one loaded
  * (every C++ program does; libcrawl itself is C and links none). malloc'd,
- * or NULL: not a C++ name, or no demangler. Looked up until found (a C
- * program may dlopen C++ code later). */
+ * or NULL: not a C++ name, or no demangler. Looked up as libcrawl loads,
+ * then again only when a C++ runtime has been loaded since (a C program may
+ * dlopen C++ code later): each dlsym counts as the program's own dl call to
+ * glibc, which then drops the program's last dlerror() message, so it is
+ * not repeated for every name a report holds. */
 typedef char *demangle_fn(const char *mangled, char *out, size_t *len, int *status);
 static _Atomic(demangle_fn *) demangler;
+static _Atomic(unsigned long long) demangler_tried_at;   /* the loader's adds then, + 1 */
+
+typedef struct cxx_runtime {
+    unsigned long long adds;
+    int found;
+} cxx_runtime;
+
+static int find_cxx_runtime(struct dl_phdr_info *info, size_t size, void *arg)
+{
+    (void)size;
+    cxx_runtime *r = arg;
+    r->adds = info->dlpi_adds;
+    const char *name = info->dlpi_name ? info->dlpi_name : "";
+    if (strstr(name, "libstdc++") || strstr(name, "libc++"))
+        r->found = 1;
+    return 0;
+}
+
+static demangle_fn *find_demangler(int first)
+{
+    demangle_fn *d = atomic_load_explicit(&demangler, memory_order_acquire);
+    if (d)
+        return d;
+    cxx_runtime r = {0, 0};
+    dl_iterate_phdr(find_cxx_runtime, &r);
+    if ((!first && !r.found) || atomic_exchange(&demangler_tried_at, r.adds + 1) == r.adds + 1)
+        return NULL;                     /* none to find, or nothing loaded since the last try */
+    d = (demangle_fn *)dlsym(RTLD_DEFAULT, "__cxa_demangle");
+    if (d)
+        atomic_store_explicit(&demangler, d, memory_order_release);
+    else
+        (void)dlerror();                 /* crawl's "undefined symbol" is not the program's */
+    return d;
+}
+
+/* (first: also a C++ runtime linked into the program itself) */
+__attribute__((constructor)) static void find_demangler_early(void) { find_demangler(1); }
 
 static char *demangled(const char *name)
 {
     if (!name || name[0] != '_' || name[1] != 'Z')
         return NULL;
-    demangle_fn *d = atomic_load_explicit(&demangler, memory_order_acquire);
-    if (!d) {
-        d = (demangle_fn *)dlsym(RTLD_DEFAULT, "__cxa_demangle");
-        if (!d)
-            return NULL;
-        atomic_store_explicit(&demangler, d, memory_order_release);
-    }
+    demangle_fn *d = find_demangler(0);
+    if (!d)
+        return NULL;
     int status = -1;
     char *s = d(name, NULL, NULL, &status);
     if (status != 0) {

@@ -263,8 +263,9 @@ CRAWL_API crawl_heap_format crawl_heap_format_for(const char *path);
  * the thread's descriptor while glibc's record there says the thread has
  * exited (glibc keeps such stacks for its next threads: stale copies of an
  * address there would hide a leak; a thread it starts there later has its
- * tid at that place and is scanned); the descriptor, with the value
- * pthread_join returns, is still scanned. Allocates; not
+ * tid at that place and is scanned; a stack no longer laid out as glibc's,
+ * one the program gave or one without a guard page are scanned whole);
+ * the descriptor, with the value pthread_join returns, is still scanned. Allocates; not
  * async-signal-safe; thread-safe. */
 CRAWL_API long crawl_leak_check(int fd);
 

@@ -139,6 +139,43 @@ static void test_programs_dlerror_is_not_a_leak(void **state)
     assert_null(strstr(report, "dlerror"));
 }
 
+/* ... nor is a dlopen failure the program has yet to read with dlerror()
+ * lost to the report, whose stacks hold C++ names to demangle (crawl
+ * looked the demangler up with dlsym for every such name). */
+__attribute__((noinline)) void *cxx_named(void) __asm__("_Z9cxx_namedv");
+__attribute__((noinline)) void *cxx_named(void)
+{
+    void *p = malloc(232);
+    __asm__ volatile("" : : "r"(p) : "memory");
+    return p;
+}
+
+static uintptr_t cxx_hidden;
+
+__attribute__((noinline)) static void leak_cxx_named(void)
+{
+    void *volatile p = cxx_named();
+    cxx_hidden = (uintptr_t)p ^ HIDE;
+    p = NULL;
+}
+
+static void test_report_keeps_programs_dlerror(void **state)
+{
+    (void)state;
+    leak_cxx_named();
+    scrub();
+    assert_null(dlopen("/nonexistent/crawl-test-plugin.so", RTLD_NOW));
+    check_into_report();
+    assert_non_null(strstr(report, "of 232 byte(s)"));
+    assert_non_null(strstr(report, "_Z9cxx_namedv"));   /* (no demangler in this C program) */
+    const char *e = dlerror();
+    assert_non_null(e);
+    if (!strstr(e, "crawl-test-plugin"))
+        print_message("dlerror: %s\n", e);
+    assert_non_null(strstr(e, "crawl-test-plugin"));
+    free((void *)(cxx_hidden ^ HIDE));
+}
+
 /* ---- large chunks unmapped by another thread during the check ------------------------------ */
 
 static atomic_int stop;
@@ -349,6 +386,71 @@ static void test_program_stack_given_again_is_scanned(void **state)
     munmap(region, POOL_STACK);
 }
 
+/* ... and one glibc has unmapped since (its cache holds 40 MiB of stacks),
+ * where the program then mapped memory of its own, with a thread on it:
+ * even where that memory holds what looks like a dead descriptor at the
+ * old place, the thread's chunk is reachable. */
+#define CACHE_THREADS 8                  /* 8 MiB stacks: more than glibc keeps */
+static uintptr_t cached_stack[CACHE_THREADS][3];   /* lo, hi, descriptor */
+static atomic_int cache_arrived;
+
+static void *note_stack_and_wait(void *arg)
+{
+    uintptr_t *mine = arg;
+    assert_int_equal(crawl_thread_attach(), 0);
+    pthread_attr_t attr;
+    void *lo;
+    size_t size;
+    assert_int_equal(pthread_getattr_np(pthread_self(), &attr), 0);
+    assert_int_equal(pthread_attr_getstack(&attr, &lo, &size), 0);
+    pthread_attr_destroy(&attr);
+    mine[0] = (uintptr_t)lo, mine[1] = (uintptr_t)lo + size, mine[2] = (uintptr_t)pthread_self();
+    atomic_fetch_add(&cache_arrived, 1);
+    while (atomic_load(&cache_arrived) < CACHE_THREADS)
+        usleep(1000);
+    return NULL;
+}
+
+static void test_stack_glibc_gave_back_is_not_cut(void **state)
+{
+    (void)state;
+    const uint32_t *tid_desc = dlsym(RTLD_DEFAULT, "_thread_db_pthread_tid");
+    if (!tid_desc)
+        skip();
+    pthread_t t[CACHE_THREADS];
+    for (int i = 0; i < CACHE_THREADS; i++)
+        assert_int_equal(pthread_create(&t[i], NULL, note_stack_and_wait, cached_stack[i]), 0);
+    for (int i = 0; i < CACHE_THREADS; i++)
+        assert_int_equal(pthread_join(t[i], NULL), 0);
+    char *region = MAP_FAILED;
+    uintptr_t lo = 0, hi = 0, pd = 0;
+    for (int i = 0; i < CACHE_THREADS && region == MAP_FAILED; i++) {
+        lo = cached_stack[i][0], hi = cached_stack[i][1], pd = cached_stack[i][2];
+        if (msync((void *)lo, 4096, MS_ASYNC) == 0)
+            continue;                    /* still mapped: glibc keeps it */
+        region = mmap((void *)(lo - 4096), hi - lo + 4096, PROT_READ | PROT_WRITE,
+                      MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE, -1, 0);
+    }
+    if (region == MAP_FAILED)
+        skip();                          /* glibc unmapped none, or the place is taken */
+    uintptr_t *head = (uintptr_t *)pd;   /* what a dead descriptor looks like */
+    head[0] = head[2] = pd;
+    *(pid_t *)(pd + tid_desc[2]) = -1;
+    void *p = malloc(216);
+    atomic_store(&handoff, p);
+    p = NULL;
+    scrub();
+    pthread_attr_t attr;
+    pthread_t taker;
+    assert_int_equal(pthread_attr_init(&attr), 0);
+    assert_int_equal(pthread_attr_setstack(&attr, region, (hi - lo + 4096) / 4), 0);
+    assert_int_equal(pthread_create(&taker, &attr, stack_taker, NULL), 0);
+    pthread_attr_destroy(&attr);
+    check_while_parked(taker, "of 216 byte(s)", 0);
+    free(atomic_exchange(&handed_back, NULL));
+    munmap(region, hi - lo + 4096);
+}
+
 /* In a child of fork the parent's other threads are gone: a chunk only a
  * parked thread's stack held there is leaked in the child. */
 static uintptr_t fork_hidden;
@@ -550,11 +652,13 @@ int main(void)
         cmocka_unit_test(test_pvalloc_near_size_max),
         cmocka_unit_test(test_self_pointer_is_a_direct_leak),
         cmocka_unit_test(test_programs_dlerror_is_not_a_leak),
+        cmocka_unit_test(test_report_keeps_programs_dlerror),
         cmocka_unit_test(test_check_while_chunks_come_and_go),
         cmocka_unit_test(test_dead_stack_below_sp_hides_nothing),
         cmocka_unit_test(test_exited_threads_stack_hides_nothing),
         cmocka_unit_test(test_reused_stack_of_a_live_thread_is_scanned),
         cmocka_unit_test(test_program_stack_given_again_is_scanned),
+        cmocka_unit_test(test_stack_glibc_gave_back_is_not_cut),
         cmocka_unit_test(test_forks_child_leaks_what_only_other_threads_held),
         cmocka_unit_test(test_unjoined_threads_result_is_reachable),
         cmocka_unit_test(test_parked_threads_registers_are_roots),
