@@ -26,14 +26,25 @@ enum { UNREACHED, REACHABLE, INDIRECT };
  * (allocated before the snapshot: they were reported as leaks). */
 static struct {
     void (*tls_static_info)(size_t *size, size_t *align);   /* _dl_get_tls_static_info */
-    const uint32_t *tid_desc;                                 /* _thread_db_pthread_tid */
+    /* what glibc tells debuggers (libthread_db's field descriptors: bits,
+     * count, offset): where a thread descriptor keeps the kernel's tid and
+     * its link in glibc's lists of live threads, and where those lists are
+     * in the dynamic loader's _rtld_global (glibc's stacks, and the main
+     * thread's and those the program gave) */
+    const uint32_t *tid_desc, *list_desc, *used_desc, *user_desc;
+    const char *rtld_global;
 } glibc;
 
 __attribute__((constructor)) static void look_up_glibc(void)
 {
     *(void **)&glibc.tls_static_info = dlsym(RTLD_DEFAULT, "_dl_get_tls_static_info");
     glibc.tid_desc = dlsym(RTLD_DEFAULT, "_thread_db_pthread_tid");
-    if (!glibc.tls_static_info || !glibc.tid_desc)
+    glibc.list_desc = dlsym(RTLD_DEFAULT, "_thread_db_pthread_list");
+    glibc.used_desc = dlsym(RTLD_DEFAULT, "_thread_db_rtld_global__dl_stack_used");
+    glibc.user_desc = dlsym(RTLD_DEFAULT, "_thread_db_rtld_global__dl_stack_user");
+    glibc.rtld_global = dlsym(RTLD_DEFAULT, "_rtld_global");
+    if (!glibc.tls_static_info || !glibc.tid_desc || !glibc.list_desc || !glibc.used_desc ||
+        !glibc.user_desc || !glibc.rtld_global)
         (void)dlerror();                 /* (another libc): its message is not the program's */
 }
 
@@ -318,6 +329,44 @@ static int still_a_stack(const maps *m, uintptr_t lo)
     return guard && starts;
 }
 
+/* The descriptors of every live thread, from glibc's two lists of them
+ * (read through the kernel: another thread may change them meanwhile),
+ * into out; how many, or -1 if glibc does not tell where they are, a list
+ * reads torn, or there are more than max. */
+#define LIVE_MAX 65536
+static long live_descriptors(uintptr_t *out, size_t max)
+{
+    const uint32_t *descs[2] = {glibc.used_desc, glibc.user_desc};
+    const uint32_t *l = glibc.list_desc;
+    if (!glibc.rtld_global || !l || l[0] != 128 || l[1] != 1 || l[2] > 65536)
+        return -1;                       /* (a list_t: two pointers) */
+    size_t n = 0;
+    for (int w = 0; w < 2; w++) {
+        const uint32_t *d = descs[w];
+        if (!d || d[0] != 128 || d[1] != 1 || d[2] > 65536)
+            return -1;
+        uintptr_t head = (uintptr_t)glibc.rtld_global + d[2], node;
+        if (read_safe(&node, head, sizeof node) != (ssize_t)sizeof node)
+            return -1;
+        while (node != head) {
+            if (n == max || node < l[2])
+                return -1;
+            out[n++] = node - l[2];
+            if (read_safe(&node, node, sizeof node) != (ssize_t)sizeof node)
+                return -1;
+        }
+    }
+    return (long)n;
+}
+
+static int holds_live(const uintptr_t *live, long nlive, uintptr_t lo, uintptr_t hi)
+{
+    for (long i = 0; i < nlive; i++)
+        if (live[i] >= lo && live[i] < hi)
+            return 1;
+    return 0;
+}
+
 /* The stacks glibc made for attached threads that have exited, which it
  * keeps for its next threads (crawl__stacks_seen): out gets the part of
  * each below the thread's descriptor, dead, where the stack is still laid
@@ -326,16 +375,17 @@ static int still_a_stack(const maps *m, uintptr_t lo)
  * pthread_join will return. Returns how many (0 when glibc does not tell
  * where the tid is). */
 static size_t dead_stacks(uintptr_t (*out)[2], size_t max, const thread_list *threads,
-                          const maps *m, long tid_off)
+                          const maps *m, long tid_off, const uintptr_t *live, long nlive)
 {
-    if (tid_off < 0)
+    if (tid_off < 0 || nlive < 0)
         return 0;
     crawl__stack_seen seen[CRAWL__STACKS_SEEN];
     size_t n = crawl__stacks_seen(seen, max < CRAWL__STACKS_SEEN ? max : CRAWL__STACKS_SEEN);
     size_t k = 0;
     for (size_t i = 0; i < n; i++) {
-        if (!still_a_stack(m, seen[i].lo) || !dead_descriptor(seen[i].pd, tid_off))
-            continue;                    /* gone, reused, or its thread alive */
+        if (!still_a_stack(m, seen[i].lo) || !dead_descriptor(seen[i].pd, tid_off) ||
+            holds_live(live, nlive, seen[i].lo, seen[i].hi))
+            continue;                    /* gone, reused, or a thread alive on it */
         int taken = 0;
         for (size_t t = 0; t < threads->n && !taken; t++)
             taken = threads->stack[t][0] < seen[i].hi && threads->stack[t][1] > seen[i].lo;
@@ -530,13 +580,20 @@ static __attribute__((noinline)) void scan_roots(scan *s)
     for (size_t i = 0; i < l.n; i++)     /* (walks take the registry's lock: outside it) */
         scan_other_thread(s, l.tid[i], l.stack[i], &m);
     long tid_off = tid_offset();
-    size_t dead = l.stack ? dead_stacks(l.stack + l.n, CRAWL__STACKS_SEEN, &l, &m, tid_off) : 0;
+    uintptr_t *live = malloc(LIVE_MAX * sizeof *live);
+    long nlive = live ? live_descriptors(live, LIVE_MAX) : -1;
+    size_t dead = l.stack ? dead_stacks(l.stack + l.n, CRAWL__STACKS_SEEN, &l, &m, tid_off,
+                                        live, nlive)
+                          : 0;
     scan_anonymous(s, &m, (uintptr_t)__builtin_frame_address(0), l.stack, l.n + dead);
-    /* a thread glibc started on a dead stack while the scan ran: its stack
-     * is scanned now, whole */
+    /* a thread started on a dead stack while the scan ran: its stack is
+     * scanned now, whole */
+    nlive = dead && live ? live_descriptors(live, LIVE_MAX) : 0;
     for (size_t i = l.n; i < l.n + dead; i++)
-        if (!dead_descriptor(l.stack[i][1], tid_off))
+        if (nlive < 0 || !dead_descriptor(l.stack[i][1], tid_off) ||
+            holds_live(live, nlive, l.stack[i][0], l.stack[i][1]))
             scan_range(s, l.stack[i][0], l.stack[i][1], REACHABLE);
+    free(live);
     s->vanishing = 0;
     free(l.tid);
     free(l.stack);

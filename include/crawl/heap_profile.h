@@ -260,13 +260,14 @@ CRAWL_API crawl_heap_format crawl_heap_format_for(const char *path);
  * value. Threads crawl does not know have their stacks scanned whole as
  * anonymous memory and no registers: run it when they are gone or idle
  * (at exit). A stack glibc made for an attached thread is left out below
- * the thread's descriptor while glibc's record there says the thread has
- * exited (glibc keeps such stacks for its next threads: stale copies of an
- * address there would hide a leak; a thread it starts there later has its
- * tid at that place and is scanned; a stack no longer laid out as glibc's,
- * one the program gave or one without a guard page are scanned whole);
- * the descriptor, with the value pthread_join returns, is still scanned. Allocates; not
- * async-signal-safe; thread-safe. */
+ * the thread's descriptor while glibc's records say the thread has exited
+ * and none runs there (glibc keeps such stacks for its next threads: stale
+ * copies of an address there would hide a leak; a thread started there
+ * later is on glibc's lists of live threads and is scanned; a stack no
+ * longer laid out as glibc's, one the program gave or one without a guard
+ * page are scanned whole); the descriptor, with the value pthread_join
+ * returns, is still scanned. Allocates; not async-signal-safe;
+ * thread-safe. */
 CRAWL_API long crawl_leak_check(int fd);
 
 #ifdef __cplusplus

@@ -387,9 +387,9 @@ static void test_program_stack_given_again_is_scanned(void **state)
 }
 
 /* ... and one glibc has unmapped since (its cache holds 40 MiB of stacks),
- * where the program then mapped memory of its own, with a thread on it:
- * even where that memory holds what looks like a dead descriptor at the
- * old place, the thread's chunk is reachable. */
+ * where the program then mapped a stack of its own, guard page and all,
+ * with a thread on it: even where that memory holds what looks like a dead
+ * descriptor at the old place, the thread's chunk is reachable. */
 #define CACHE_THREADS 8                  /* 8 MiB stacks: more than glibc keeps */
 static uintptr_t cached_stack[CACHE_THREADS][3];   /* lo, hi, descriptor */
 static atomic_int cache_arrived;
@@ -433,6 +433,7 @@ static void test_stack_glibc_gave_back_is_not_cut(void **state)
     }
     if (region == MAP_FAILED)
         skip();                          /* glibc unmapped none, or the place is taken */
+    assert_int_equal(mprotect(region, 4096, PROT_NONE), 0);   /* laid out as glibc's */
     uintptr_t *head = (uintptr_t *)pd;   /* what a dead descriptor looks like */
     head[0] = head[2] = pd;
     *(pid_t *)(pd + tid_desc[2]) = -1;
@@ -443,7 +444,7 @@ static void test_stack_glibc_gave_back_is_not_cut(void **state)
     pthread_attr_t attr;
     pthread_t taker;
     assert_int_equal(pthread_attr_init(&attr), 0);
-    assert_int_equal(pthread_attr_setstack(&attr, region, (hi - lo + 4096) / 4), 0);
+    assert_int_equal(pthread_attr_setstack(&attr, (void *)lo, (hi - lo) / 4), 0);
     assert_int_equal(pthread_create(&taker, &attr, stack_taker, NULL), 0);
     pthread_attr_destroy(&attr);
     check_while_parked(taker, "of 216 byte(s)", 0);
