@@ -345,24 +345,29 @@ static long live_descriptors(uintptr_t *out, size_t max)
         const uint32_t *d = descs[w];
         if (!d || d[0] != 128 || d[1] != 1 || d[2] > 65536)
             return -1;
-        uintptr_t head = (uintptr_t)glibc.rtld_global + d[2], node;
-        if (read_safe(&node, head, sizeof node) != (ssize_t)sizeof node)
+        uintptr_t head = (uintptr_t)glibc.rtld_global + d[2], prev = head, link[2];
+        if (read_safe(link, head, sizeof link) != (ssize_t)sizeof link)
             return -1;
-        while (node != head) {
-            if (n == max || node < l[2])
+        /* each node's prev must be the one before it: a node another
+         * thread moves to another list meanwhile ends the walk at once */
+        for (uintptr_t node = link[0]; node != head; prev = node, node = link[0]) {
+            if (n == max || node < l[2] ||
+                read_safe(link, node, sizeof link) != (ssize_t)sizeof link || link[1] != prev)
                 return -1;
             out[n++] = node - l[2];
-            if (read_safe(&node, node, sizeof node) != (ssize_t)sizeof node)
-                return -1;
         }
     }
     return (long)n;
 }
 
-static int holds_live(const uintptr_t *live, long nlive, uintptr_t lo, uintptr_t hi)
+/* 1 if a thread on glibc's lists other than the one whose descriptor is
+ * pd (exited: glibc keeps it listed until it is joined) has its
+ * descriptor in [lo, hi) */
+static int holds_live(const uintptr_t *live, long nlive, uintptr_t lo, uintptr_t hi,
+                      uintptr_t pd)
 {
     for (long i = 0; i < nlive; i++)
-        if (live[i] >= lo && live[i] < hi)
+        if (live[i] >= lo && live[i] < hi && live[i] != pd)
             return 1;
     return 0;
 }
@@ -374,8 +379,9 @@ static int holds_live(const uintptr_t *live, long nlive, uintptr_t lo, uintptr_t
  * overlaps. The descriptor itself stays scanned: it keeps the value
  * pthread_join will return. Returns how many (0 when glibc does not tell
  * where the tid is). */
-static size_t dead_stacks(uintptr_t (*out)[2], size_t max, const thread_list *threads,
-                          const maps *m, long tid_off, const uintptr_t *live, long nlive)
+static size_t dead_stacks(uintptr_t (*out)[2], uintptr_t *out_hi, size_t max,
+                          const thread_list *threads, const maps *m, long tid_off,
+                          const uintptr_t *live, long nlive)
 {
     if (tid_off < 0 || nlive < 0)
         return 0;
@@ -384,14 +390,14 @@ static size_t dead_stacks(uintptr_t (*out)[2], size_t max, const thread_list *th
     size_t k = 0;
     for (size_t i = 0; i < n; i++) {
         if (!still_a_stack(m, seen[i].lo) || !dead_descriptor(seen[i].pd, tid_off) ||
-            holds_live(live, nlive, seen[i].lo, seen[i].hi))
+            holds_live(live, nlive, seen[i].lo, seen[i].hi, seen[i].pd))
             continue;                    /* gone, reused, or a thread alive on it */
         int taken = 0;
         for (size_t t = 0; t < threads->n && !taken; t++)
             taken = threads->stack[t][0] < seen[i].hi && threads->stack[t][1] > seen[i].lo;
         if (!taken) {
             out[k][0] = seen[i].lo, out[k][1] = seen[i].pd;
-            k++;
+            out_hi[k++] = seen[i].hi;
         }
     }
     return k;
@@ -582,17 +588,20 @@ static __attribute__((noinline)) void scan_roots(scan *s)
     long tid_off = tid_offset();
     uintptr_t *live = malloc(LIVE_MAX * sizeof *live);
     long nlive = live ? live_descriptors(live, LIVE_MAX) : -1;
-    size_t dead = l.stack ? dead_stacks(l.stack + l.n, CRAWL__STACKS_SEEN, &l, &m, tid_off,
-                                        live, nlive)
+    uintptr_t dead_hi[CRAWL__STACKS_SEEN];
+    size_t dead = l.stack ? dead_stacks(l.stack + l.n, dead_hi, CRAWL__STACKS_SEEN, &l, &m,
+                                        tid_off, live, nlive)
                           : 0;
     scan_anonymous(s, &m, (uintptr_t)__builtin_frame_address(0), l.stack, l.n + dead);
     /* a thread started on a dead stack while the scan ran: its stack is
      * scanned now, whole */
     nlive = dead && live ? live_descriptors(live, LIVE_MAX) : 0;
-    for (size_t i = l.n; i < l.n + dead; i++)
-        if (nlive < 0 || !dead_descriptor(l.stack[i][1], tid_off) ||
-            holds_live(live, nlive, l.stack[i][0], l.stack[i][1]))
-            scan_range(s, l.stack[i][0], l.stack[i][1], REACHABLE);
+    for (size_t i = 0; i < dead; i++) {
+        uintptr_t lo = l.stack[l.n + i][0], pd = l.stack[l.n + i][1];
+        if (nlive < 0 || !dead_descriptor(pd, tid_off) ||
+            holds_live(live, nlive, lo, dead_hi[i], pd))
+            scan_range(s, lo, pd, REACHABLE);
+    }
     free(live);
     s->vanishing = 0;
     free(l.tid);

@@ -490,6 +490,22 @@ static void test_forks_child_leaks_what_only_other_threads_held(void **state)
     assert_int_equal(WEXITSTATUS(status), 0);
 }
 
+/* ... also before it is joined (glibc lists it with its live threads
+ * until then) */
+static void test_unjoined_threads_stack_hides_nothing(void **state)
+{
+    (void)state;
+    pthread_t t;
+    assert_int_equal(pthread_create(&t, NULL, exiting_leaker, NULL), 0);
+    usleep(50000);                       /* exited, not joined */
+    check_into_report();
+    if (!strstr(report, "Direct leak of 152 byte(s) in 1 object(s)"))
+        print_message("%s", report);
+    assert_non_null(strstr(report, "Direct leak of 152 byte(s) in 1 object(s)"));
+    assert_int_equal(pthread_join(t, NULL), 0);
+    free((void *)(exited_hidden ^ HIDE));
+}
+
 /* ... and a chunk only an exited, not yet joined thread's return value
  * holds (in its descriptor) is not leaked. */
 static void *returner(void *arg)
@@ -657,6 +673,7 @@ int main(void)
         cmocka_unit_test(test_check_while_chunks_come_and_go),
         cmocka_unit_test(test_dead_stack_below_sp_hides_nothing),
         cmocka_unit_test(test_exited_threads_stack_hides_nothing),
+        cmocka_unit_test(test_unjoined_threads_stack_hides_nothing),
         cmocka_unit_test(test_reused_stack_of_a_live_thread_is_scanned),
         cmocka_unit_test(test_program_stack_given_again_is_scanned),
         cmocka_unit_test(test_stack_glibc_gave_back_is_not_cut),
