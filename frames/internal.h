@@ -164,15 +164,14 @@ static inline void crawl__unlock(pthread_mutex_t *m)
     pthread_mutex_unlock(m);
 }
 
-/* The calling thread's stack, [*lo, *hi), from pthread_getattr_np: 0 or
- * an errno value. pthread_getattr_np allocates (the main thread's reads
+/* The calling thread's stack, [*lo, *hi), and its guard size when guard is
+ * not NULL (0: a stack the program gave, or none), from
+ * pthread_getattr_np: 0 or an errno value. pthread_getattr_np allocates (the main thread's reads
  * /proc/self/maps) while it holds the thread's lock, so the thread counts
  * as busy meanwhile: a hook must not come back into crawl from that malloc
  * (a sampled allocation asks for the thread's id, which attaches, which
  * would take that lock again). */
-int crawl__own_stack(uintptr_t *lo, uintptr_t *hi);
-/* The same, and its guard size (0: a stack the program gave, or none). */
-int crawl__own_stack_guard(uintptr_t *lo, uintptr_t *hi, size_t *guard);
+int crawl__own_stack(uintptr_t *lo, uintptr_t *hi, size_t *guard);
 
 /* Print "crawl: fatal: <message>" on stderr with one write(2) and abort.
  * For API misuse and corruption only. Async-signal-safe in practice

@@ -131,12 +131,7 @@ static void make_exit_key(void)
     pthread_atfork(before_fork, after_fork_parent, after_fork_child);
 }
 
-int crawl__own_stack(uintptr_t *lo, uintptr_t *hi)
-{
-    return crawl__own_stack_guard(lo, hi, NULL);
-}
-
-int crawl__own_stack_guard(uintptr_t *lo, uintptr_t *hi, size_t *guard)
+int crawl__own_stack(uintptr_t *lo, uintptr_t *hi, size_t *guard)
 {
     pthread_attr_t attr;
     crawl__busy++;
@@ -169,7 +164,7 @@ int crawl_thread_attach(void)
 
     uintptr_t lo, hi;
     size_t guard = 0;
-    int rc = crawl__own_stack_guard(&lo, &hi, &guard);
+    int rc = crawl__own_stack(&lo, &hi, &guard);
     if (rc)
         return -rc;
 

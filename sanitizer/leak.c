@@ -372,33 +372,37 @@ static int holds_live(const uintptr_t *live, long nlive, uintptr_t lo, uintptr_t
     return 0;
 }
 
-/* The stacks glibc made for attached threads that have exited, which it
- * keeps for its next threads (crawl__stacks_seen): out gets the part of
- * each below the thread's descriptor, dead, where the stack is still laid
- * out as glibc's, that descriptor is dead, and no attached thread's stack
- * overlaps. The descriptor itself stays scanned: it keeps the value
- * pthread_join will return. Returns how many (0 when glibc does not tell
- * where the tid is). */
-static size_t dead_stacks(uintptr_t (*out)[2], uintptr_t *out_hi, size_t max,
-                          const thread_list *threads, const maps *m, long tid_off,
-                          const uintptr_t *live, long nlive)
+/* 1 if the stack st (one glibc made, an attached thread's: see
+ * crawl__stacks_seen) is dead now: its descriptor is a dead thread's and
+ * no other thread on glibc's lists (live[0..nlive), -1: unknown) has its
+ * descriptor in it. Asked before the scan and again after it. */
+static int stack_dead(const crawl__stack_seen *st, long tid_off, const uintptr_t *live,
+                      long nlive)
 {
-    if (tid_off < 0 || nlive < 0)
+    return nlive >= 0 && dead_descriptor(st->pd, tid_off) &&
+           !holds_live(live, nlive, st->lo, st->hi, st->pd);
+}
+
+/* The stacks glibc made for attached threads that have exited, which it
+ * keeps for its next threads: out gets those still laid out as glibc's,
+ * dead, and overlapped by no attached thread's stack. The part of each
+ * below its descriptor is left out of the scan; the descriptor stays
+ * scanned: it keeps the value pthread_join will return. Returns how many
+ * (0 when glibc does not tell where the tid is). */
+static size_t dead_stacks(crawl__stack_seen out[CRAWL__STACKS_SEEN], const thread_list *threads,
+                          const maps *m, long tid_off, const uintptr_t *live, long nlive)
+{
+    if (tid_off < 0)
         return 0;
-    crawl__stack_seen seen[CRAWL__STACKS_SEEN];
-    size_t n = crawl__stacks_seen(seen, max < CRAWL__STACKS_SEEN ? max : CRAWL__STACKS_SEEN);
-    size_t k = 0;
+    size_t n = crawl__stacks_seen(out, CRAWL__STACKS_SEEN), k = 0;
     for (size_t i = 0; i < n; i++) {
-        if (!still_a_stack(m, seen[i].lo) || !dead_descriptor(seen[i].pd, tid_off) ||
-            holds_live(live, nlive, seen[i].lo, seen[i].hi, seen[i].pd))
+        if (!still_a_stack(m, out[i].lo) || !stack_dead(&out[i], tid_off, live, nlive))
             continue;                    /* gone, reused, or a thread alive on it */
         int taken = 0;
         for (size_t t = 0; t < threads->n && !taken; t++)
-            taken = threads->stack[t][0] < seen[i].hi && threads->stack[t][1] > seen[i].lo;
-        if (!taken) {
-            out[k][0] = seen[i].lo, out[k][1] = seen[i].pd;
-            out_hi[k++] = seen[i].hi;
-        }
+            taken = threads->stack[t][0] < out[i].hi && threads->stack[t][1] > out[i].lo;
+        if (!taken)
+            out[k++] = out[i];
     }
     return k;
 }
@@ -562,7 +566,7 @@ static __attribute__((noinline)) void scan_own_stack(scan *s)
     crawl__thread *th = crawl__self();
     uintptr_t hi = th->attached ? th->stack_hi : 0;
     uintptr_t lo;
-    if (!hi && crawl__own_stack(&lo, &hi) != 0)
+    if (!hi && crawl__own_stack(&lo, &hi, NULL) != 0)
         hi = 0;
     uintptr_t here = (uintptr_t)__builtin_frame_address(0);
     if (hi > here)
@@ -588,20 +592,17 @@ static __attribute__((noinline)) void scan_roots(scan *s)
     long tid_off = tid_offset();
     uintptr_t *live = malloc(LIVE_MAX * sizeof *live);
     long nlive = live ? live_descriptors(live, LIVE_MAX) : -1;
-    uintptr_t dead_hi[CRAWL__STACKS_SEEN];
-    size_t dead = l.stack ? dead_stacks(l.stack + l.n, dead_hi, CRAWL__STACKS_SEEN, &l, &m,
-                                        tid_off, live, nlive)
-                          : 0;
-    scan_anonymous(s, &m, (uintptr_t)__builtin_frame_address(0), l.stack, l.n + dead);
+    crawl__stack_seen dead[CRAWL__STACKS_SEEN];
+    size_t ndead = l.stack ? dead_stacks(dead, &l, &m, tid_off, live, nlive) : 0;
+    for (size_t i = 0; i < ndead; i++)
+        l.stack[l.n + i][0] = dead[i].lo, l.stack[l.n + i][1] = dead[i].pd;
+    scan_anonymous(s, &m, (uintptr_t)__builtin_frame_address(0), l.stack, l.n + ndead);
     /* a thread started on a dead stack while the scan ran: its stack is
      * scanned now, whole */
-    nlive = dead && live ? live_descriptors(live, LIVE_MAX) : 0;
-    for (size_t i = 0; i < dead; i++) {
-        uintptr_t lo = l.stack[l.n + i][0], pd = l.stack[l.n + i][1];
-        if (nlive < 0 || !dead_descriptor(pd, tid_off) ||
-            holds_live(live, nlive, lo, dead_hi[i], pd))
-            scan_range(s, lo, pd, REACHABLE);
-    }
+    nlive = ndead ? live_descriptors(live, LIVE_MAX) : 0;
+    for (size_t i = 0; i < ndead; i++)
+        if (!stack_dead(&dead[i], tid_off, live, nlive))
+            scan_range(s, dead[i].lo, dead[i].pd, REACHABLE);
     free(live);
     s->vanishing = 0;
     free(l.tid);
