@@ -37,7 +37,9 @@ int hp_snapshot(hp_snap *out);          /* 0 or -ENOMEM */
 int hp_snap_reserve(hp_snap *s, size_t more);
 void hp_snapshot_free(hp_snap *s);
 /* The shards' tables [lo, hi) (they hold every chunk's address: a leak
- * check must not take them for roots). Their count, at most max. */
+ * check must not take them for roots): first the block of all first
+ * tables, then each table that has grown out of it. Their count, at most
+ * max (HP_SHARDS + 1 holds them all). */
 size_t hp_table_ranges(uintptr_t (*out)[2], size_t max);
 /* Mark the thread as inside crawl (its allocations are not recorded). */
 int hp_inside_enter(void);

@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/uio.h>
 #include <unistd.h>
 
@@ -48,21 +49,66 @@ __attribute__((constructor)) static void look_up_glibc(void)
         (void)dlerror();                 /* (another libc): its message is not the program's */
 }
 
+enum { SKIP_TABLES = HP_SHARDS + 1 };   /* hp_table_ranges' most */
+
 typedef struct scan {
     const hp_entry *e;                  /* sorted by ptr */
     size_t n;
     unsigned char *mark;
     size_t *work, nwork;
     uintptr_t lo, hi;                   /* the chunks' span: a quick first test */
-    uintptr_t skip[HP_SHARDS + 2][2];   /* crawl's own tables of chunk addresses, the pool's slots */
+    /* crawl's own tables of chunk addresses (SKIP_TABLES), then the
+     * snapshot, this struct (lo and hi are chunk addresses) and the pool's
+     * slots */
+    uintptr_t skip[SKIP_TABLES + 3][2];
     size_t nskip;
     int vanishing;                      /* 1: ranges that may be unmapped under the scan */
 } scan;
 
+/* Sort the snapshot by address. Not with qsort: glibc's copies the array
+ * into a malloc'ed buffer of the same size (every chunk's address) and
+ * frees it. Where that buffer lies in memory the check scans as roots
+ * (under AddressSanitizer: a size class of its own, with no recorded
+ * chunk in it), those copies made every chunk reachable. A bottom-up
+ * merge sort through a scratch mapping instead, unmapped before the scan
+ * (without one, out of memory, qsort after all). Not inlined: the entries
+ * it moves through its own frame are then below the caller's, where
+ * clear_stack_below() reaches them. */
 static int by_ptr(const void *a, const void *b)
 {
     const hp_entry *x = a, *y = b;
     return x->ptr < y->ptr ? -1 : x->ptr > y->ptr;
+}
+
+__attribute__((noinline)) static void sort_by_ptr(hp_entry *e, size_t n)
+{
+    if (n < 2)
+        return;
+    size_t bytes = n * sizeof *e;
+    hp_entry *tmp = crawl__mmap(bytes, PROT_READ | PROT_WRITE, 0);
+    if (tmp == MAP_FAILED) {
+        qsort(e, n, sizeof *e, by_ptr);
+        return;
+    }
+    hp_entry *from = e, *to = tmp;
+    for (size_t width = 1; width < n; width *= 2) {
+        for (size_t lo = 0; lo < n; lo += 2 * width) {
+            size_t mid = lo + width < n ? lo + width : n;
+            size_t hi = lo + 2 * width < n ? lo + 2 * width : n;
+            size_t a = lo, b = mid, k = lo;
+            while (a < mid && b < hi)
+                to[k++] = from[b].ptr < from[a].ptr ? from[b++] : from[a++];
+            while (a < mid)
+                to[k++] = from[a++];
+            while (b < hi)
+                to[k++] = from[b++];
+        }
+        hp_entry *t = from;
+        from = to, to = t;
+    }
+    if (from != e)
+        memcpy(e, from, bytes);
+    crawl__munmap(tmp, bytes);
 }
 
 /* The chunk holding address w, or -1. */
@@ -131,8 +177,8 @@ static ssize_t read_safe(void *buf, uintptr_t a, size_t n)
     return got < 0 ? 0 : got;
 }
 
-static void scan_buf(scan *s, const uintptr_t *ws, size_t n, uintptr_t self, uintptr_t hi,
-                     int to);
+static void scan_buf(scan *s, const uintptr_t *ws, size_t n, uintptr_t from, uintptr_t self,
+                     uintptr_t hi, int to);
 
 static void scan_words(scan *s, uintptr_t lo, uintptr_t hi, int to)
 {
@@ -152,7 +198,7 @@ static void scan_words(scan *s, uintptr_t lo, uintptr_t hi, int to)
                 scan_words(s, a, hi, to);
                 return;
             }
-            scan_buf(s, buf, (size_t)got / sizeof(uintptr_t), self, hi, to);
+            scan_buf(s, buf, (size_t)got / sizeof(uintptr_t), a, self, hi, to);
             if ((size_t)got < want)      /* a page gone: go on at the next one */
                 a = ((a + (size_t)got) | 4095) + 1;
             else
@@ -160,18 +206,44 @@ static void scan_words(scan *s, uintptr_t lo, uintptr_t hi, int to)
         }
         return;
     }
-    scan_buf(s, (const uintptr_t *)lo, words, self, hi, to);
+    scan_buf(s, (const uintptr_t *)lo, words, lo, self, hi, to);
 }
 
 /* Values held outside memory (another thread's registers): roots. */
 static void scan_words_of(scan *s, const uintptr_t *v, size_t n)
 {
-    scan_buf(s, v, n, 0, 0, REACHABLE);
+    scan_buf(s, v, n, 0, 0, 0, REACHABLE);
 }
 
-static void scan_buf(scan *s, const uintptr_t *ws, size_t n, uintptr_t self, uintptr_t hi,
-                     int to)
+/* In a process that runs AddressSanitizer (whether crawl itself is built
+ * with it or not: this file never is, see CMakeLists.txt), memory it has
+ * poisoned holds no live value: freed chunks in its quarantine keep what
+ * they held, in size classes the check scans as anonymous memory, and a
+ * stale chunk address there is no root. Weak: NULL elsewhere. */
+extern void *__asan_region_is_poisoned(void *beg, size_t size) __attribute__((weak));
+extern void __asan_get_shadow_mapping(size_t *scale, size_t *offset) __attribute__((weak));
+
+/* 1 if [lo, hi) overlaps AddressSanitizer's shadow memory or the gap
+ * between its two parts (from its offset to the shadow of the highest
+ * user address): never the program's memory, and the low shadow is a
+ * read-write anonymous mapping small enough to pass for one. */
+static int asan_shadow(uintptr_t lo, uintptr_t hi)
 {
+    if (!__asan_get_shadow_mapping)
+        return 0;
+    size_t scale = 0, offset = 0;
+    __asan_get_shadow_mapping(&scale, &offset);
+    uintptr_t end = offset + ((((uintptr_t)1 << 47) - 1) >> scale) + 1;
+    return lo < end && hi > offset;
+}
+
+/* ws[0..n): words read from address `from` on (0: registers) */
+static void scan_buf(scan *s, const uintptr_t *ws, size_t n, uintptr_t from, uintptr_t self,
+                     uintptr_t hi, int to)
+{
+    /* (both, or neither: asking about a shadow address faults, and only
+     * asan_shadow() keeps those out) */
+    int asan = from && __asan_region_is_poisoned && __asan_get_shadow_mapping;
     for (size_t i = 0; i < n; i++) {
         uintptr_t w;
         memcpy(&w, &ws[i], sizeof w);
@@ -180,6 +252,8 @@ static void scan_buf(scan *s, const uintptr_t *ws, size_t n, uintptr_t self, uin
                                             it an indirect leak (LSan's rule) */
         long k = chunk_of(s, w);
         if (k < 0 || s->mark[k] == REACHABLE || (to == INDIRECT && s->mark[k] == INDIRECT))
+            continue;
+        if (asan && __asan_region_is_poisoned((void *)(from + i * sizeof w), sizeof w))
             continue;
         s->mark[k] = (unsigned char)to;
         s->work[s->nwork++] = (size_t)k;
@@ -415,7 +489,8 @@ static void scan_anonymous(scan *s, const maps *m, uintptr_t own_sp, const uintp
 {
     for (size_t i = 0; i < m->n; i++) {
         uintptr_t lo = m->r[i][0], hi = m->r[i][1];
-        if (m->r[i][2] != 1 || (own_sp >= lo && own_sp < hi) || hi - lo > (4ul << 30))
+        if (m->r[i][2] != 1 || (own_sp >= lo && own_sp < hi) || hi - lo > (4ul << 30) ||
+            asan_shadow(lo, hi))
             continue;                    /* (4 GiB and more: reserved space, a sanitizer's shadow) */
         if (crawl_gpa_owns((const void *)lo))
             continue;                    /* the guarded pool: its chunks are scanned when reached,
@@ -704,8 +779,7 @@ static __attribute__((noinline)) long check(int fd)
         return -ENOMEM;
     }
     sp->e = snap.e, sp->n = snap.n;
-    if (snap.n)
-        qsort(snap.e, snap.n, sizeof *snap.e, by_ptr);
+    sort_by_ptr(snap.e, snap.n);
     sp->mark = calloc(snap.n + 1, 1);
     sp->work = malloc((snap.n + 1) * sizeof *sp->work);
     size_t *order = malloc((snap.n + 1) * sizeof *order);
@@ -720,14 +794,19 @@ static __attribute__((noinline)) long check(int fd)
             if (snap.e[i].ptr + snap.e[i].size + 1 > sp->hi)
                 sp->hi = snap.e[i].ptr + snap.e[i].size + 1;
     }
-    sp->nskip = hp_table_ranges(sp->skip, HP_SHARDS);
+    sp->nskip = hp_table_ranges(sp->skip, SKIP_TABLES);
     sp->skip[sp->nskip][0] = (uintptr_t)snap.e;
     sp->skip[sp->nskip][1] = (uintptr_t)(snap.e + snap.cap);
+    sp->nskip++;
+    /* (in glibc's heap it is never scanned; under AddressSanitizer its
+     * size class may be memory the check scans) */
+    sp->skip[sp->nskip][0] = (uintptr_t)sp;
+    sp->skip[sp->nskip][1] = (uintptr_t)(sp + 1);
     sp->nskip++;
     san_gpa_meta(&sp->skip[sp->nskip][0], &sp->skip[sp->nskip][1]);
     if (sp->skip[sp->nskip][0])
         sp->nskip++;                     /* the guarded pool's slot table: every live slot's address */
-    clear_stack_below();                 /* qsort and the snapshot left chunk addresses there */
+    clear_stack_below();                 /* the sort and the snapshot left chunk addresses there */
     scan_roots(sp);
     propagate(sp, REACHABLE);
     /* what leaked chunks point to, transitively, leaked indirectly (in any

@@ -356,14 +356,31 @@ NOINLINE static void plant(void)
     for (int i = 0; i < 4; i++)
         l[i]->next = i < 3 ? l[i + 1] : NULL;
     hidden = ~(uintptr_t)l[0];
+    explicit_bzero(l, sizeof l);
 }
 
 /* Overwrite the stack below the caller: no stale copy of a planted pointer
- * stays where the check's own frames will be. */
-NOINLINE static void scrub(void)
+ * stays where the check's own frames will be. (Not instrumented: under
+ * AddressSanitizer the array would sit between redzones, which keep what
+ * plant's frame left there.) */
+NOINLINE __attribute__((no_sanitize_address)) static void scrub(void)
 {
     volatile char junk[32768];
     explicit_bzero((char *)junk, sizeof junk);   /* not a dead store to optimize away */
+}
+
+/* Run the leak check into a temporary file: its report (the caller frees
+ * it), and in *leaked what it returned. */
+static char *leak_report(long *leaked)
+{
+    FILE *f = tmpfile();
+    assert_non_null(f);
+    *leaked = crawl_leak_check(fileno(f));
+    long n = lseek(fileno(f), 0, SEEK_END);
+    char *buf = calloc(1, (size_t)n + 1);
+    assert_int_equal(pread(fileno(f), buf, (size_t)n, 0), n);
+    fclose(f);
+    return buf;
 }
 
 static void test_leak_check(void **state)
@@ -371,33 +388,23 @@ static void test_leak_check(void **state)
     (void)state;
     plant();
     scrub();
-    FILE *f = tmpfile();
-    long leaked = crawl_leak_check(fileno(f));
-    long n = lseek(fileno(f), 0, SEEK_END);
-    char *buf = calloc(1, (size_t)n + 1);
-    assert_int_equal(pread(fileno(f), buf, (size_t)n, 0), n);
-    fclose(f);
+    long leaked;
+    char *buf = leak_report(&leaked);
     fputs(buf, stdout);
     HAS(buf, "==ERROR: LeakSanitizer: detected memory leaks");
     HAS(buf, "Direct leak of 48 byte(s) in 1 object(s) allocated from:");
     HAS(buf, "in plant ");
-#if defined(__SANITIZE_ADDRESS__)
-    /* AddressSanitizer's frames and allocator leave more stale words about:
-     * a conservative scan may then take the indirect leak for reachable */
-    assert_in_range(leaked, 1, 4);
-#else
     assert_int_equal(leaked, 4);
     HAS(buf, "Indirect leak of 144 byte(s) in 3 object(s) allocated from:");
     HAS(buf, "SUMMARY: LeakSanitizer: 192 byte(s) leaked in 4 allocation(s).");
-#endif
     free(buf);
     /* found again: the leak is gone once the pointer is visible */
     struct node *a = (struct node *)~hidden;
-    f = tmpfile();
     hidden = (uintptr_t)a;
-    assert_int_equal(crawl_leak_check(fileno(f)), 0);
-    assert_int_equal(lseek(fileno(f), 0, SEEK_END), 0);   /* nothing printed */
-    fclose(f);
+    buf = leak_report(&leaked);
+    assert_int_equal(leaked, 0);
+    assert_string_equal(buf, "");        /* nothing printed */
+    free(buf);
     while (a) {
         struct node *next = a->next;
         my_free(a);
@@ -408,6 +415,118 @@ static void test_leak_check(void **state)
         my_free(reachable);
         reachable = next;
     }
+}
+
+/* Under AddressSanitizer a freed buffer stays mapped in its quarantine,
+ * with what it held, in a size class of its own that the check scans as
+ * anonymous memory; a stale chunk address there is no root (it is
+ * poisoned). Elsewhere the case does not arise: skipped. */
+#if defined(__SANITIZE_ADDRESS__)
+static uintptr_t hidden_one;
+
+NOINLINE static void plant_behind_freed_buffer(void)
+{
+    void *leak = my_malloc(40);
+    uintptr_t *buf = malloc(5000);       /* not recorded: not my_malloc's */
+    buf[100] = (uintptr_t)leak;           /* (ASan keeps its own words at the start) */
+    free(buf);
+    hidden_one = ~(uintptr_t)leak;
+}
+#endif
+
+static void test_freed_memory_is_no_root(void **state)
+{
+    (void)state;
+#if !defined(__SANITIZE_ADDRESS__)
+    skip();
+#else
+    plant_behind_freed_buffer();
+    scrub();
+    long leaked;
+    char *buf = leak_report(&leaked);
+    fputs(buf, stdout);
+    HAS(buf, "Direct leak of 40 byte(s) in 1 object(s) allocated from:");
+    HAS(buf, "in plant_behind_freed_buffer ");
+    assert_int_equal(leaked, 1);
+    free(buf);
+    my_free((void *)~hidden_one);
+#endif
+}
+
+/* ---- the leak check in a fresh process (HEAP_PROFILE_ALONE=1) ---------------------------
+ * These need the live table as a process starts (ctest runs them as
+ * test_heap_profile_grown): the whole run leaves them out. The planted
+ * pointers are kept complemented, so no root reaches them. */
+
+/* A few leaks, in the shards' first tables (16 slots each, 8 live before a
+ * table grows): those tables lie in crawl's static data, which the check
+ * scans, and must be left out as the tables grown out of them are. */
+static uintptr_t few[3];
+
+NOINLINE static void plant_few(void)
+{
+    for (volatile int i = 0; i < 3; i++)
+        few[i] = ~(uintptr_t)memset(my_malloc(56), 0, 56);
+}
+
+static void test_first_tables_hide_no_leak(void **state)
+{
+    (void)state;
+    assert_int_equal(crawl_heap_profile_start(), 0);
+    plant_few();
+    scrub();
+    long leaked;
+    char *buf = leak_report(&leaked);
+    printf("%.300s\n", buf);
+    assert_int_equal(leaked, 3);
+    HAS(buf, "Direct leak of 168 byte(s) in 3 object(s) allocated from:");
+    HAS(buf, "in plant_few ");
+    free(buf);
+    for (int i = 0; i < 3; i++)
+        my_free((void *)~few[i]);
+}
+
+/* More chunks than the first tables hold: a table grown out of its first
+ * one leaves copies there. The check runs in a thread of its own, whose
+ * malloc arena holds no recorded chunk and is scanned as anonymous memory:
+ * a sort of the chunks through a malloc'ed copy (glibc's qsort) left every
+ * chunk's address there, and nothing was reported. This thread's
+ * registers are roots then (as for LeakSanitizer), and a few of them may
+ * still hold addresses plant_many left: up to 8 of the chunks may be
+ * reachable that way. */
+#define MANY 1500
+static uintptr_t many[MANY];
+
+NOINLINE static void plant_many(void)
+{
+    for (volatile int i = 0; i < MANY; i++)   /* one call site: one stack */
+        many[i] = ~(uintptr_t)memset(my_malloc(72), 0, 72);
+}
+
+static void *report_in_thread(void *leaked) { return leak_report(leaked); }
+
+static void test_grown_tables_hide_no_leak(void **state)
+{
+    (void)state;
+    assert_int_equal(crawl_heap_profile_start(), 0);
+    plant_many();
+    scrub();
+    long leaked;
+    pthread_t t;
+    void *report;
+    assert_int_equal(pthread_create(&t, NULL, report_in_thread, &leaked), 0);
+    assert_int_equal(pthread_join(t, &report), 0);
+    char *buf = report;
+    printf("%.300s\n", buf);
+    assert_in_range(leaked, MANY - 8, MANY);
+    char line[96];
+    snprintf(line, sizeof line, "Direct leak of %ld byte(s) in %ld object(s) allocated from:",
+             72 * leaked, leaked);
+    HAS(buf, line);
+    HAS(buf, "in plant_many ");
+    free(buf);
+    for (int i = 0; i < MANY; i++)
+        my_free((void *)~many[i]);
 }
 
 /* Threads allocate and free at once while another writes the profile; a
@@ -488,8 +607,15 @@ int main(void)
         cmocka_unit_test(test_sampled_estimate),
         cmocka_unit_test(test_mapped_regions),
         cmocka_unit_test(test_leak_check),
+        cmocka_unit_test(test_freed_memory_is_no_root),
         cmocka_unit_test(test_threads_and_fork),
         cmocka_unit_test(test_bad_arguments),
     };
+    const struct CMUnitTest alone[] = {   /* in this order: the first needs tables unused */
+        cmocka_unit_test(test_first_tables_hide_no_leak),
+        cmocka_unit_test(test_grown_tables_hide_no_leak),
+    };
+    if (getenv("HEAP_PROFILE_ALONE"))
+        return cmocka_run_group_tests_name("heap_profile_alone", alone, NULL, NULL);
     return cmocka_run_group_tests_name("heap_profile", tests, NULL, NULL);
 }
