@@ -16,11 +16,15 @@
 # of std::bad_alloc on it from 300k pairs on, so it has no row there).
 # The heap profile rows run with GWP-ASan off (gpa_sample_rate=0), as
 # heaptrack has none: its cost is the last row's. Medians of the workload's
-# own wall time, and the overhead of each over glibc.
-# usage: bench/heap_profile.sh [BUILD_DIR] [ITERATIONS]
+# own wall time; each overhead is the median of the rounds' own ratios to
+# the glibc run of the same round (paired: this machine's speed drifts by
+# more than the differences between the cheap rows within minutes).
+# usage: bench/heap_profile.sh [BUILD_DIR] [ITERATIONS] [ROUNDS (5)]
 set -eu
 build=${1:-$(dirname "$0")/../build/dev}
 iters=${2:-10000000}
+rounds=${3:-5}
+case $rounds in ''|*[!0-9]*|0) echo "bench/heap_profile: ROUNDS must be a positive integer, not '$rounds'" >&2; exit 2 ;; esac
 work=$build/bench/bench_heap_work
 pre=$build/libcrawl-preload.so
 floor=$build/bench/libbench_interpose_floor.so
@@ -28,11 +32,13 @@ floor=$build/bench/libbench_interpose_floor.so
 run() {   # label, command...
     label=$1; shift
     "$@" >"$tmp/out" 2>/dev/null || { echo "bench: $label failed" >&2; exit 1; }
-    grep -E '^[0-9]+\.[0-9]+$' "$tmp/out" | tail -n 1 >>"$tmp/$label"
+    t=$(grep -E '^[0-9]+\.[0-9]+$' "$tmp/out" | tail -n 1)
+    [ -n "$t" ] || { echo "bench: $label printed no time" >&2; exit 1; }
+    echo "$t" >>"$tmp/$label"
 }
 have_heaptrack=0
 command -v heaptrack >/dev/null && have_heaptrack=1
-for round in 1 2 3 4 5; do
+for round in $(seq "$rounds"); do
     run glibc $pin "$work" "$iters"
     if [ $have_heaptrack -eq 1 ]; then
         run heaptrack heaptrack -o "$tmp/ht" "$work" "$iters"
@@ -51,26 +57,38 @@ for round in 1 2 3 4 5; do
     CRAWL_OPTIONS=heap_profile=1:gpa_sample_rate=0 LD_PRELOAD=$pre run crawl_div $pin "$work" "$iters" diverse
     rm -f "$tmp"/ht*
 done
-med() { sort -n "$tmp/$1" | sed -n 3p; }
+# the median of the numbers on stdin, one a line
+median() { sort -n | awk '{ v[NR] = $1 } END { print NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
+med() { median <"$tmp/$1"; }
+# the median of the rounds' ratios of $1's time to $2's (default glibc's)
+ratio() { paste "$tmp/${2:-glibc}" "$tmp/$1" | awk '{ printf "%.6f\n", $2 / $1 }' | median; }
 g=$(med glibc)
 h=$([ $have_heaptrack -eq 1 ] && med heaptrack || echo 0)
 h1=$([ $have_heaptrack -eq 1 ] && med heaptrack_1cpu || echo 0)
-echo "bench/heap_profile: $iters malloc/free pairs, seconds (median of 5; all but the first heaptrack row pinned to one core)"
-awk -v g="$g" -v h="$h" -v h1="$h1" -v c="$(med crawl)" -v f="$(med crawl_fast)" -v s="$(med sampled)" \
-    -v p="$(med preload)" -v a="$(med gpa)" -v fl="$(med floor)" \
-    -v gd="$(med glibc_div)" -v cd="$(med crawl_div)" 'BEGIN {
-    printf "  glibc alone                        %7.3f\n", g
+rh=$([ $have_heaptrack -eq 1 ] && ratio heaptrack || echo 0)
+rh1=$([ $have_heaptrack -eq 1 ] && ratio heaptrack_1cpu || echo 0)
+echo "bench/heap_profile: $iters malloc/free pairs, seconds (median of $rounds; all but the first heaptrack row pinned to one core)"
+echo "  (x and overhead: the median of each round's ratio to that round's glibc run)"
+awk -v g="$g" -v h="$h" -v h1="$h1" -v rh="$rh" -v rh1="$rh1" \
+    -v c="$(med crawl)" -v rc="$(ratio crawl)" -v f="$(med crawl_fast)" -v rf="$(ratio crawl_fast)" \
+    -v s="$(med sampled)" -v rs="$(ratio sampled)" -v p="$(med preload)" -v rp="$(ratio preload)" \
+    -v a="$(med gpa)" -v ra="$(ratio gpa)" -v fl="$(med floor)" -v rfl="$(ratio floor)" \
+    -v gd="$(med glibc_div)" -v cd="$(med crawl_div)" -v rcd="$(ratio crawl_div glibc_div)" '
+function row(name, t, r) { printf "  %-35s%7.3f  %6.2fx  overhead %+7.1f%%", name, t, r, 100 * (r - 1) }
+BEGIN {
+    printf "  %-35s%7.3f\n", "glibc alone", g
     if (h > 0) {
-        printf "  heaptrack (every stack)            %7.3f   %5.2fx  overhead %+6.0f%%\n", h, h / g, 100 * (h - g) / g
-        printf "  heaptrack, pinned to one core      %7.3f   %5.2fx  overhead %+6.0f%%\n", h1, h1 / g, 100 * (h1 - g) / g
+        row("heaptrack (every stack)", h, rh); printf "\n"
+        row("heaptrack, pinned to one core", h1, rh1); printf "\n"
     } else
         printf "  heaptrack                          (not installed: apt-get install heaptrack)\n"
-    printf "  crawl, every stack (CFI)           %7.3f   %5.2fx  overhead %+6.0f%%", c, c / g, 100 * (c - g) / g
-    if (h > 0) printf "   (%.2f of heaptrack'"'"'s overhead, %.2f pinned)", (c - g) / (h - g), (c - g) / (h1 - g)
-    printf "\n  crawl, every stack (frame pointers) %6.3f   %5.2fx  overhead %+6.0f%%\n", f, f / g, 100 * (f - g) / g
-    printf "  crawl, sampled every 512 KiB       %7.3f   %5.2fx  overhead %+6.0f%%\n", s, s / g, 100 * (s - g) / g
-    printf "  the preload recording nothing      %7.3f   %5.2fx  overhead %+6.0f%%\n", p, p / g, 100 * (p - g) / g
-    printf "  the same, GWP-ASan 1 in 5000       %7.3f   %5.2fx  overhead %+6.0f%%\n", a, a / g, 100 * (a - g) / g
-    printf "  a bare forwarding interposer       %7.3f   %5.2fx  overhead %+6.0f%%   (the floor for any LD_PRELOAD)\n", fl, fl / g, 100 * (fl - g) / g
-    printf "  192 call paths: glibc alone        %7.3f\n", gd
-    printf "  192 call paths: crawl, every stack %7.3f   %5.2fx  overhead %+6.0f%%\n", cd, cd / gd, 100 * (cd - gd) / gd }'
+    row("crawl, every stack (CFI)", c, rc)
+    if (h > 0) printf "   (%.2f of heaptrack'"'"'s overhead, %.2f pinned)", (rc - 1) / (rh - 1), (rc - 1) / (rh1 - 1)
+    printf "\n"
+    row("crawl, every stack (frame pointers)", f, rf); printf "\n"
+    row("crawl, sampled every 512 KiB", s, rs); printf "\n"
+    row("the preload recording nothing", p, rp); printf "\n"
+    row("the same, GWP-ASan 1 in 5000", a, ra); printf "\n"
+    row("a bare forwarding interposer", fl, rfl); printf "   (the floor for any LD_PRELOAD)\n"
+    printf "  %-35s%7.3f\n", "192 call paths: glibc alone", gd
+    row("192 call paths: crawl, every stack", cd, rcd); printf "\n" }'
