@@ -258,7 +258,7 @@ static long next_interval(unsigned long n)
 }
 
 /* A sample's insert touches lines that the program's own work has pushed
- * out of the cache since the last one (about 55 us between samples at 512
+ * out of the cache since the last one (60 to 80 us between samples at 512
  * KiB in bench/heap_profile): its shard, the home slot in the shard's
  * first table, and the free filter's count and bits. Asked for before the
  * stack walk, they arrive while it runs instead of one after another
