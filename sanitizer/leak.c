@@ -34,6 +34,7 @@ static struct {
      * thread's and those the program gave) */
     const uint32_t *tid_desc, *list_desc, *used_desc, *user_desc;
     const char *rtld_global;
+    const void *libc_free;              /* __libc_free: which module is libc */
 } glibc;
 
 __attribute__((constructor)) static void look_up_glibc(void)
@@ -44,8 +45,9 @@ __attribute__((constructor)) static void look_up_glibc(void)
     glibc.used_desc = dlsym(RTLD_DEFAULT, "_thread_db_rtld_global__dl_stack_used");
     glibc.user_desc = dlsym(RTLD_DEFAULT, "_thread_db_rtld_global__dl_stack_user");
     glibc.rtld_global = dlsym(RTLD_DEFAULT, "_rtld_global");
+    glibc.libc_free = dlsym(RTLD_DEFAULT, "__libc_free");
     if (!glibc.tls_static_info || !glibc.tid_desc || !glibc.list_desc || !glibc.used_desc ||
-        !glibc.user_desc || !glibc.rtld_global)
+        !glibc.user_desc || !glibc.rtld_global || !glibc.libc_free)
         (void)dlerror();                 /* (another libc): its message is not the program's */
 }
 
@@ -63,6 +65,7 @@ typedef struct scan {
     uintptr_t skip[SKIP_TABLES + 3][2];
     size_t nskip;
     int vanishing;                      /* 1: ranges that may be unmapped under the scan */
+    int in_libc;                        /* 1: scanning libc's own data (malloc's state) */
 } scan;
 
 /* Sort the snapshot by address. Not with qsort: glibc's copies the array
@@ -237,6 +240,19 @@ static int asan_shadow(uintptr_t lo, uintptr_t hi)
     return lo < end && hi > offset;
 }
 
+/* 1 if w is where glibc's chunk after e begins (its header: e's chunk is
+ * 16k + 8 bytes or a little less, and its last word is that header's
+ * first). glibc's bins, top and last remainder in its main arena point at
+ * chunk headers: such a word in libc's data is malloc's own, not a
+ * reference to e (it kept e's leak from being reported). */
+static int next_header(const hp_entry *e, uintptr_t w)
+{
+    size_t chunk = (e->size + 8 + 15) & ~(size_t)15;
+    if (chunk < 32)
+        chunk = 32;
+    return w == e->ptr + chunk - 16;
+}
+
 /* ws[0..n): words read from address `from` on (0: registers) */
 static void scan_buf(scan *s, const uintptr_t *ws, size_t n, uintptr_t from, uintptr_t self,
                      uintptr_t hi, int to)
@@ -254,6 +270,8 @@ static void scan_buf(scan *s, const uintptr_t *ws, size_t n, uintptr_t from, uin
         if (k < 0 || s->mark[k] == REACHABLE || (to == INDIRECT && s->mark[k] == INDIRECT))
             continue;
         if (asan && __asan_region_is_poisoned((void *)(from + i * sizeof w), sizeof w))
+            continue;
+        if (s->in_libc && next_header(&s->e[k], w))
             continue;
         s->mark[k] = (unsigned char)to;
         s->work[s->nwork++] = (size_t)k;
@@ -273,6 +291,13 @@ static int scan_module(struct dl_phdr_info *info, size_t size, void *arg)
 {
     (void)size;
     scan *s = arg;
+    uintptr_t libc_at = (uintptr_t)glibc.libc_free;
+    for (int i = 0; i < info->dlpi_phnum; i++) {
+        const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
+        uintptr_t lo = info->dlpi_addr + ph->p_vaddr;
+        if (ph->p_type == PT_LOAD && libc_at - lo < ph->p_memsz)
+            s->in_libc = 1;
+    }
     for (int i = 0; i < info->dlpi_phnum; i++) {
         const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
         if (ph->p_type != PT_LOAD || !(ph->p_flags & PF_W))
@@ -280,8 +305,10 @@ static int scan_module(struct dl_phdr_info *info, size_t size, void *arg)
         uintptr_t lo = info->dlpi_addr + ph->p_vaddr;
         scan_range(s, lo, lo + ph->p_memsz, REACHABLE);
     }
+    s->in_libc = 0;
     return 0;
 }
+
 
 /* Readable mappings (/proc/self/maps): to clip ranges that may not be all
  * mapped (the main thread's stack bounds come from its rlimit), and the
