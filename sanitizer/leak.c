@@ -380,11 +380,14 @@ static void read_maps(maps *m)
  * and so are the calling thread's stack and the other attached threads'
  * (scanned from their stack pointers). */
 #define SMALL_CHUNK (128u << 10)
-/* The other attached threads: tid[i]'s stack is [stack[i][0], stack[i][1]) */
+/* The other attached threads: tid[i]'s stack is [stack[i][0], stack[i][1]);
+ * memo[0..nmemo): every attached thread's walk memos */
 typedef struct thread_list {
     pid_t *tid;
     uintptr_t (*stack)[2];
     size_t n, cap;
+    uintptr_t (*memo)[2];
+    size_t nmemo;
 } thread_list;
 
 /* Where glibc keeps a thread's kernel tid in its descriptor, as it tells
@@ -552,9 +555,19 @@ static void scan_anonymous(scan *s, const maps *m, uintptr_t own_sp, const uintp
     }
 }
 
+static void list_memo(thread_list *l, const crawl__thread *th)
+{
+    if (l->memo && l->nmemo < l->cap + 1) {
+        sw_memo_range(th, &l->memo[l->nmemo][0], &l->memo[l->nmemo][1]);
+        if (l->memo[l->nmemo][0])
+            l->nmemo++;
+    }
+}
+
 static void list_thread(crawl__thread *th, void *arg)
 {
     thread_list *l = arg;
+    list_memo(l, th);
     if (th == crawl__self() || l->n == l->cap)
         return;
     l->tid[l->n] = th->tid;
@@ -685,9 +698,13 @@ static __attribute__((noinline)) void scan_roots(scan *s)
     thread_list l = {.cap = 4096};
     l.tid = malloc(l.cap * sizeof *l.tid);
     /* the other attached threads' stacks, then the dead ones */
-    l.stack = malloc((l.cap + CRAWL__STACKS_SEEN) * sizeof *l.stack);
+    /* (and the walk memos after them: cut from the anonymous scan too) */
+    l.stack = malloc((l.cap + CRAWL__STACKS_SEEN + l.cap + 1) * sizeof *l.stack);
+    l.memo = malloc((l.cap + 1) * sizeof *l.memo);
     if (l.tid && l.stack)
         crawl__threads_foreach_locked(list_thread, &l);
+    if (!crawl__self()->attached)
+        list_memo(&l, crawl__self());    /* (an attached one is listed above) */
     s->vanishing = 1;                    /* other threads' stacks, mappings read a moment ago */
     for (size_t i = 0; i < l.n; i++)     /* (walks take the registry's lock: outside it) */
         scan_other_thread(s, l.tid[i], l.stack[i], &m);
@@ -698,7 +715,10 @@ static __attribute__((noinline)) void scan_roots(scan *s)
     size_t ndead = l.stack ? dead_stacks(dead, &l, &m, tid_off, live, nlive) : 0;
     for (size_t i = 0; i < ndead; i++)
         l.stack[l.n + i][0] = dead[i].lo, l.stack[l.n + i][1] = dead[i].pd;
-    scan_anonymous(s, &m, (uintptr_t)__builtin_frame_address(0), l.stack, l.n + ndead);
+    size_t ncut = l.n + ndead;
+    for (size_t i = 0; l.stack && i < l.nmemo; i++, ncut++)
+        l.stack[ncut][0] = l.memo[i][0], l.stack[ncut][1] = l.memo[i][1];
+    scan_anonymous(s, &m, (uintptr_t)__builtin_frame_address(0), l.stack, ncut);
     /* a thread started on a dead stack while the scan ran: its stack is
      * scanned now, whole */
     nlive = ndead ? live_descriptors(live, LIVE_MAX) : 0;
@@ -709,6 +729,7 @@ static __attribute__((noinline)) void scan_roots(scan *s)
     s->vanishing = 0;
     free(l.tid);
     free(l.stack);
+    free(l.memo);
     free(m.r);
     free(m.guard_hi);
     dl_iterate_phdr(scan_module, s);

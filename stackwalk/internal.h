@@ -111,6 +111,9 @@ int sw_walk_signal_now(void);
  * rip: SW_GPRS values, in that order) into out; 0, or -1 outside one. */
 #define SW_GPRS 17
 int sw_walk_thread_gprs(uintptr_t out[SW_GPRS]);
+/* th's walk memos, [*lo, *hi) (0, 0: none yet). They keep stack words a
+ * walk read, register values among them: the leak check leaves them out. */
+void sw_memo_range(const crawl__thread *th, uintptr_t *lo, uintptr_t *hi);
 /* Compile every loaded module; the number with CFI, or a negative errno. */
 int sw_modules_warm(void);
 /* cfi_cache.c: read a module's CFI into a table (normal context, under

@@ -602,6 +602,12 @@ static void memo_release(crawl__thread *th)
         crawl__munmap(m, sizeof(walk_memos));
 }
 
+void sw_memo_range(const crawl__thread *th, uintptr_t *lo, uintptr_t *hi)
+{
+    uintptr_t w = (uintptr_t)__atomic_load_n(&th->walk_memo, __ATOMIC_RELAXED);
+    *lo = w, *hi = w ? w + sizeof(walk_memos) : 0;
+}
+
 /* The thread's memos, mapped on its first quick walk (never malloc: walks
  * run inside malloc hooks), unmapped when it leaves. NULL if none. */
 static walk_memos *memos_of(crawl__thread *th)

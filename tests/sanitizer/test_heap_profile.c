@@ -4,6 +4,7 @@
  * preload's contract (CRAWL_OPTIONS, at-exit files, real programs) is
  * tests/preload/heap.sh. */
 #include "../support.h"
+#include "rbp_hold.h"
 
 #include <crawl/heap_profile.h>
 #include <crawl/sanitizer.h>
@@ -417,6 +418,35 @@ static void test_leak_check(void **state)
     }
 }
 
+/* A walk keeps each frame's registers in the thread's walk memo, and in
+ * code without frame pointers rbp may hold a chunk's address: the memo
+ * is crawl's, not the program's, and no root. */
+static uintptr_t in_rbp;
+
+NOINLINE static void alloc_and_free(void) { my_free(my_malloc(24)); }
+
+NOINLINE static void plant_in_rbp(void)
+{
+    void *p = my_malloc(40);
+    in_rbp = ~(uintptr_t)p;
+    rbp_hold(p, alloc_and_free);         /* my_malloc's walk passes rbp_hold's frame */
+}
+
+static void test_walk_memo_is_no_root(void **state)
+{
+    (void)state;
+    plant_in_rbp();
+    scrub();
+    long leaked;
+    char *buf = leak_report(&leaked);
+    fputs(buf, stdout);
+    HAS(buf, "Direct leak of 40 byte(s) in 1 object(s) allocated from:");
+    HAS(buf, "in plant_in_rbp ");
+    assert_int_equal(leaked, 1);
+    free(buf);
+    my_free((void *)~in_rbp);
+}
+
 /* Under AddressSanitizer a freed buffer stays mapped in its quarantine,
  * with what it held, in a size class of its own that the check scans as
  * anonymous memory; a stale chunk address there is no root (it is
@@ -621,6 +651,7 @@ int main(void)
         cmocka_unit_test(test_mapped_regions),
         cmocka_unit_test(test_leak_check),
         cmocka_unit_test(test_freed_memory_is_no_root),
+        cmocka_unit_test(test_walk_memo_is_no_root),
         cmocka_unit_test(test_threads_and_fork),
         cmocka_unit_test(test_bad_arguments),
     };
