@@ -135,6 +135,9 @@ void crawl__hp_filter_stick(const void *p)
 #define SHARD_FIRST_CAP 16
 static hp_entry first_tables[HP_SHARDS][SHARD_FIRST_CAP] __attribute__((aligned(64)));
 
+/* 1 if s's table has grown out of its first table into a mapping of its own */
+static int table_mapped(const shard *s) { return s->t && s->t != first_tables[s - shards]; }
+
 /* Rehash s into a table of cap entries (under its lock). 0 or -ENOMEM. */
 static int rehash(shard *s, size_t cap)
 {
@@ -150,7 +153,7 @@ static int rehash(shard *s, size_t cap)
             j = (j + 1) & (cap - 1);
         t[j] = *e;
     }
-    if (s->t && s->t != first_tables[s - shards])   /* (the leak check skips first_tables) */
+    if (table_mapped(s))                 /* (the leak check skips first_tables) */
         crawl__munmap(s->t, s->cap * sizeof *s->t);
     s->t = t, s->cap = cap;
     return 0;
@@ -455,7 +458,7 @@ size_t hp_table_ranges(uintptr_t (*out)[2], size_t max)
     for (int i = 0; i < HP_SHARDS && k < max; i++) {
         shard *s = &shards[i];
         shard_lock(&s->lock);
-        if (s->t && s->t != first_tables[i]) {
+        if (table_mapped(s)) {
             out[k][0] = (uintptr_t)s->t;
             out[k][1] = (uintptr_t)(s->t + s->cap);
             k++;

@@ -34,7 +34,7 @@ static struct {
      * thread's and those the program gave) */
     const uint32_t *tid_desc, *list_desc, *used_desc, *user_desc;
     const char *rtld_global;
-    const void *libc_free;              /* __libc_free: which module is libc */
+    uintptr_t libc_bias;                /* libc's load bias (dlpi_addr), 0: not found */
 } glibc;
 
 __attribute__((constructor)) static void look_up_glibc(void)
@@ -45,9 +45,13 @@ __attribute__((constructor)) static void look_up_glibc(void)
     glibc.used_desc = dlsym(RTLD_DEFAULT, "_thread_db_rtld_global__dl_stack_used");
     glibc.user_desc = dlsym(RTLD_DEFAULT, "_thread_db_rtld_global__dl_stack_user");
     glibc.rtld_global = dlsym(RTLD_DEFAULT, "_rtld_global");
-    glibc.libc_free = dlsym(RTLD_DEFAULT, "__libc_free");
+    void *libc_free = dlsym(RTLD_DEFAULT, "__libc_free");   /* which module is libc */
+    Dl_info info;
+    struct link_map *libc = NULL;
+    if (libc_free && dladdr1(libc_free, &info, (void **)&libc, RTLD_DL_LINKMAP) && libc)
+        glibc.libc_bias = libc->l_addr;
     if (!glibc.tls_static_info || !glibc.tid_desc || !glibc.list_desc || !glibc.used_desc ||
-        !glibc.user_desc || !glibc.rtld_global || !glibc.libc_free)
+        !glibc.user_desc || !glibc.rtld_global || !libc_free)
         (void)dlerror();                 /* (another libc): its message is not the program's */
 }
 
@@ -291,13 +295,7 @@ static int scan_module(struct dl_phdr_info *info, size_t size, void *arg)
 {
     (void)size;
     scan *s = arg;
-    uintptr_t libc_at = (uintptr_t)glibc.libc_free;
-    for (int i = 0; i < info->dlpi_phnum; i++) {
-        const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
-        uintptr_t lo = info->dlpi_addr + ph->p_vaddr;
-        if (ph->p_type == PT_LOAD && libc_at - lo < ph->p_memsz)
-            s->in_libc = 1;
-    }
+    s->in_libc = glibc.libc_bias && info->dlpi_addr == glibc.libc_bias;
     for (int i = 0; i < info->dlpi_phnum; i++) {
         const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
         if (ph->p_type != PT_LOAD || !(ph->p_flags & PF_W))
@@ -308,7 +306,6 @@ static int scan_module(struct dl_phdr_info *info, size_t size, void *arg)
     s->in_libc = 0;
     return 0;
 }
-
 
 /* Readable mappings (/proc/self/maps): to clip ranges that may not be all
  * mapped (the main thread's stack bounds come from its rlimit), and the

@@ -71,18 +71,29 @@ NOINLINE static void *load_level(size_t n)
         }                                                                                      \
     } while (0)
 
+/* What was written to the temporary file f, NUL-terminated (caller
+ * frees), its length in *len; f is closed. */
+static char *text_of(FILE *f, long *len)
+{
+    long n = lseek(fileno(f), 0, SEEK_END);
+    assert_true(n >= 0);
+    char *buf = calloc(1, (size_t)n + 1);
+    assert_non_null(buf);
+    assert_int_equal(pread(fileno(f), buf, (size_t)n, 0), n);
+    fclose(f);
+    *len = n;
+    return buf;
+}
+
 /* The whole output of one format, NUL-terminated (caller frees). */
 static char *output(crawl_heap_format format)
 {
     FILE *f = tmpfile();
     assert_non_null(f);
     assert_int_equal(crawl_heap_profile_write_fd(fileno(f), format), 0);
-    long n = ftell(f) >= 0 ? lseek(fileno(f), 0, SEEK_END) : -1;
+    long n;
+    char *buf = text_of(f, &n);
     assert_true(n > 0);
-    char *buf = malloc((size_t)n + 1);
-    assert_int_equal(pread(fileno(f), buf, (size_t)n, 0), n);
-    buf[n] = '\0';
-    fclose(f);
     return buf;
 }
 
@@ -370,19 +381,39 @@ NOINLINE __attribute__((no_sanitize_address)) static void scrub(void)
     explicit_bzero((char *)junk, sizeof junk);   /* not a dead store to optimize away */
 }
 
-/* Run the leak check into a temporary file: its report (the caller frees
- * it), and in *leaked what it returned. */
-static char *leak_report(long *leaked)
+/* the check alone in a thread of its own (cmocka's asserts stay in the test's) */
+typedef struct check_job {
+    int fd;
+    long leaked;
+} check_job;
+
+static void *check_in_thread(void *arg)
+{
+    check_job *j = arg;
+    j->leaked = crawl_leak_check(j->fd);
+    return NULL;
+}
+
+/* Run the leak check into a temporary file, in this thread or (in_thread)
+ * a new one: its report (the caller frees it), and in *leaked what it
+ * returned. */
+static char *leak_report_from(long *leaked, int in_thread)
 {
     FILE *f = tmpfile();
     assert_non_null(f);
-    *leaked = crawl_leak_check(fileno(f));
-    long n = lseek(fileno(f), 0, SEEK_END);
-    char *buf = calloc(1, (size_t)n + 1);
-    assert_int_equal(pread(fileno(f), buf, (size_t)n, 0), n);
-    fclose(f);
-    return buf;
+    check_job job = {.fd = fileno(f)};
+    if (in_thread) {
+        pthread_t t;
+        assert_int_equal(pthread_create(&t, NULL, check_in_thread, &job), 0);
+        assert_int_equal(pthread_join(t, NULL), 0);
+    } else
+        job.leaked = crawl_leak_check(job.fd);
+    *leaked = job.leaked;
+    long n;
+    return text_of(f, &n);
 }
+
+static char *leak_report(long *leaked) { return leak_report_from(leaked, 0); }
 
 static void test_leak_check(void **state)
 {
@@ -534,37 +565,16 @@ NOINLINE static void plant_many(void)
         many[i] = ~(uintptr_t)memset(my_malloc(72), 0, 72);
 }
 
-/* the check alone in the thread (cmocka's asserts stay in the test's) */
-typedef struct check_job {
-    int fd;
-    long leaked;
-} check_job;
-
-static void *check_in_thread(void *arg)
-{
-    check_job *j = arg;
-    j->leaked = crawl_leak_check(j->fd);
-    return NULL;
-}
-
 static void test_grown_tables_hide_no_leak(void **state)
 {
     (void)state;
     assert_int_equal(crawl_heap_profile_start(), 0);
     plant_many();
     scrub();
-    FILE *f = tmpfile();
-    assert_non_null(f);
-    check_job job = {.fd = fileno(f)};
-    pthread_t t;
-    assert_int_equal(pthread_create(&t, NULL, check_in_thread, &job), 0);
-    assert_int_equal(pthread_join(t, NULL), 0);
-    long n = lseek(job.fd, 0, SEEK_END);
-    char *buf = calloc(1, (size_t)n + 1);
-    assert_int_equal(pread(job.fd, buf, (size_t)n, 0), n);
-    fclose(f);
+    long leaked;
+    char *buf = leak_report_from(&leaked, 1);
     printf("%.300s\n", buf);
-    assert_int_equal(job.leaked, MANY);
+    assert_int_equal(leaked, MANY);
     HAS(buf, "Direct leak of 108000 byte(s) in 1500 object(s) allocated from:");
     HAS(buf, "in plant_many ");
     free(buf);
