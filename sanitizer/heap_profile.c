@@ -159,6 +159,30 @@ static int rehash(shard *s, size_t cap)
     return 0;
 }
 
+/* Leak checks running (hp_tables_freeze): the tables do not grow. A table
+ * grown meanwhile would be a mapping the check did not list to skip, or
+ * one at an address its list of the process's mappings, read a moment
+ * before, gave to something else (an old table, a freed chunk): scanned
+ * as the program's memory, its copies of the chunks' addresses would hide
+ * leaks. A table then fills to 7/8 instead of 1/2 (longer probes), and an
+ * allocation that finds it that full is not recorded (counted as
+ * dropped). Waiting instead could deadlock: a thread recording inside
+ * dlopen holds the loader's lock, which the check takes too. */
+static atomic_int frozen;
+
+static int full(const shard *s)
+{
+    if ((s->live + 1) * 2 <= s->cap)
+        return 0;
+    return atomic_load_explicit(&frozen, memory_order_relaxed) ? (s->live + 1) * 8 > s->cap * 7 ? -1 : 0
+                                                               : 1;
+}
+
+void hp_tables_freeze(int on)
+{
+    atomic_fetch_add_explicit(&frozen, on ? 1 : -1, memory_order_seq_cst);
+}
+
 static int insert(const hp_entry *e)
 {
     uint64_t h = hash_ptr(e->ptr);
@@ -166,7 +190,8 @@ static int insert(const hp_entry *e)
     shard_lock(&s->lock);
     if (!s->t)
         s->t = first_tables[s - shards], s->cap = SHARD_FIRST_CAP;
-    if ((s->live + 1) * 2 > s->cap && rehash(s, s->cap * 2) != 0) {
+    int grow = full(s);
+    if (grow < 0 || (grow && rehash(s, s->cap * 2) != 0)) {
         shard_unlock(&s->lock);
         return -ENOMEM;
     }
@@ -529,6 +554,9 @@ void san_hp_fork(int lock)
     if (!lock)
         hp_mmap_fork(0);
 }
+
+/* (the checks that froze the tables ran in the parent's other threads) */
+void san_hp_fork_child(void) { atomic_store(&frozen, 0); }
 
 /* ---- at exit ------------------------------------------------------------------------------ */
 

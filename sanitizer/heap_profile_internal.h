@@ -41,6 +41,9 @@ void hp_snapshot_free(hp_snap *s);
  * tables, then each table that has grown out of it. Their count, at most
  * max (HP_SHARDS + 1 holds them all). */
 size_t hp_table_ranges(uintptr_t (*out)[2], size_t max);
+/* on 1: the tables stop growing (a leak check lists them, then scans the
+ * process's memory); 0: as before. Nests; thread-safe. */
+void hp_tables_freeze(int on);
 /* Mark the thread as inside crawl (its allocations are not recorded). */
 int hp_inside_enter(void);
 void hp_inside_leave(int was);

@@ -91,5 +91,6 @@ void san_gpa_fork(int lock);
  * a root. (The pool itself is left out by crawl_gpa_owns.) */
 void san_gpa_meta(uintptr_t *lo, uintptr_t *hi);
 void san_hp_fork(int lock);
+void san_hp_fork_child(void);
 
 #endif

@@ -839,6 +839,9 @@ static __attribute__((noinline)) long check(int fd)
             if (snap.e[i].ptr + snap.e[i].size + 1 > sp->hi)
                 sp->hi = snap.e[i].ptr + snap.e[i].size + 1;
     }
+    /* the tables stay where they are listed now until the scan is over
+     * (one grown meanwhile would be scanned as the program's memory) */
+    hp_tables_freeze(1);
     sp->nskip = hp_table_ranges(sp->skip, SKIP_TABLES);
     sp->skip[sp->nskip][0] = (uintptr_t)snap.e;
     sp->skip[sp->nskip][1] = (uintptr_t)(snap.e + snap.cap);
@@ -861,6 +864,7 @@ static __attribute__((noinline)) long check(int fd)
             scan_range(sp, snap.e[i].ptr, snap.e[i].ptr + snap.e[i].size, INDIRECT);
             propagate(sp, INDIRECT);
         }
+    hp_tables_freeze(0);
 
     /* group by kind and stack */
     for (size_t i = 0; i < snap.n; i++)

@@ -261,11 +261,17 @@ static void fork_release(void)
     san_options_fork(0);
 }
 
+static void fork_child(void)
+{
+    san_hp_fork_child();
+    fork_release();
+}
+
 static atomic_int initialized;           /* init() has run: san_opts skips pthread_once */
 
 static void init(void)
 {
-    pthread_atfork(fork_prepare, fork_release, fork_release);
+    pthread_atfork(fork_prepare, fork_release, fork_child);
     if (crawl_default_options)
         apply(crawl_default_options());
     /* never from the environment of a set-uid or set-gid program */

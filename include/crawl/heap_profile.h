@@ -266,8 +266,12 @@ CRAWL_API crawl_heap_format crawl_heap_format_for(const char *path);
  * later is on glibc's lists of live threads and is scanned; a stack no
  * longer laid out as glibc's, one the program gave or one without a guard
  * page are scanned whole); the descriptor, with the value pthread_join
- * returns, is still scanned. Allocates; not async-signal-safe;
- * thread-safe. */
+ * returns, is still scanned. While the scan runs the live table does not
+ * grow (a table grown then would be scanned as the program's memory, its
+ * copies of chunk addresses hiding leaks): a shard fills to 7/8 instead
+ * of 1/2, and past that another thread's allocation is not recorded
+ * (counted with those made while crawl was busy). Allocates; not
+ * async-signal-safe; thread-safe. */
 CRAWL_API long crawl_leak_check(int fd);
 
 #ifdef __cplusplus

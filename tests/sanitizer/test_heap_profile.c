@@ -9,7 +9,9 @@
 #include <crawl/heap_profile.h>
 #include <crawl/sanitizer.h>
 
+#include <alloca.h>
 #include <errno.h>
+#include <sched.h>
 #include <fcntl.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -478,6 +480,98 @@ static void test_walk_memo_is_no_root(void **state)
     my_free((void *)~in_rbp);
 }
 
+/* The shards' tables grow while the check runs (another thread records
+ * allocations): a table grown after the check listed crawl's tables, but
+ * mapped before it read the process's mappings, was scanned as anonymous
+ * memory, and its copies of the planted chunks' addresses hid them. The
+ * check runs on a deep stack (its own stack is scanned before the
+ * mappings are read), so that the tables surely grow in that time. */
+#define GROWER_MAX (1 << 21)
+static uintptr_t spread[640];
+static void *grown[GROWER_MAX];          /* reachable: static data */
+static atomic_int grower_made, checker_ready, checker_go, checker_done;
+
+NOINLINE static void plant_spread(void)
+{
+    for (volatile int i = 0; i < 640; i++)
+        spread[i] = ~(uintptr_t)memset(my_malloc(32), 0, 32);
+}
+
+static void *grower(void *arg)
+{
+    (void)arg;
+    for (int i = 0; i < GROWER_MAX && !atomic_load(&checker_done); i++) {
+        grown[i] = my_malloc(16);
+        atomic_store(&grower_made, i + 1);
+    }
+    return NULL;
+}
+
+#define DEEP_BYTES (160u << 20)
+
+/* The pad is written (its pages faulted in) before the grower starts; the
+ * check then starts while the tables are small. (Not instrumented: the
+ * pad is no ASan-poisoned local.) */
+NOINLINE __attribute__((no_sanitize_address)) static void check_deep(check_job *job)
+{
+    char *pad = alloca(DEEP_BYTES);
+    memset(pad, 0, DEEP_BYTES);
+    __asm__ volatile("" : : "r"(pad) : "memory");
+    atomic_store(&checker_ready, 1);
+    while (!atomic_load(&checker_go))
+        sched_yield();
+    job->leaked = crawl_leak_check(job->fd);
+    __asm__ volatile("" : : "r"(pad) : "memory");   /* (the pad stays below: no tail call) */
+}
+
+static void *check_deep_thread(void *arg)
+{
+    check_deep(arg);
+    return NULL;
+}
+
+static void test_tables_grown_during_check_hide_no_leak(void **state)
+{
+    (void)state;
+    plant_spread();
+    scrub();
+    atomic_store(&grower_made, 0);
+    atomic_store(&checker_ready, 0);
+    atomic_store(&checker_go, 0);
+    atomic_store(&checker_done, 0);
+    FILE *f = tmpfile();
+    assert_non_null(f);
+    check_job job = {.fd = fileno(f)};
+    pthread_attr_t attr;
+    pthread_attr_init(&attr);
+    assert_int_equal(pthread_attr_setstacksize(&attr, DEEP_BYTES + (16u << 20)), 0);
+    pthread_t g, c;
+    assert_int_equal(pthread_create(&c, &attr, check_deep_thread, &job), 0);
+    while (!atomic_load(&checker_ready))
+        sched_yield();
+    assert_int_equal(pthread_create(&g, NULL, grower, NULL), 0);
+    while (atomic_load(&grower_made) < 2000)
+        sched_yield();
+    int made_before = atomic_load(&grower_made);
+    atomic_store(&checker_go, 1);
+    assert_int_equal(pthread_join(c, NULL), 0);
+    atomic_store(&checker_done, 1);
+    int made_during = atomic_load(&grower_made) - made_before;
+    assert_int_equal(pthread_join(g, NULL), 0);
+    pthread_attr_destroy(&attr);
+    long n;
+    char *buf = text_of(f, &n);
+    printf("%d allocations made while the check ran\n%.300s\n", made_during, buf);
+    assert_int_equal(job.leaked, 640);
+    HAS(buf, "Direct leak of 20480 byte(s) in 640 object(s) allocated from:");
+    HAS(buf, "in plant_spread ");
+    free(buf);
+    for (int i = 0; i < 640; i++)
+        my_free((void *)~spread[i]);
+    for (int i = 0, m = atomic_load(&grower_made); i < m; i++)
+        my_free(grown[i]);
+}
+
 /* Under AddressSanitizer a freed buffer stays mapped in its quarantine,
  * with what it held, in a size class of its own that the check scans as
  * anonymous memory; a stale chunk address there is no root (it is
@@ -662,6 +756,7 @@ int main(void)
         cmocka_unit_test(test_leak_check),
         cmocka_unit_test(test_freed_memory_is_no_root),
         cmocka_unit_test(test_walk_memo_is_no_root),
+        cmocka_unit_test(test_tables_grown_during_check_hide_no_leak),
         cmocka_unit_test(test_threads_and_fork),
         cmocka_unit_test(test_bad_arguments),
     };
