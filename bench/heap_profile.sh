@@ -18,7 +18,8 @@
 # heaptrack has none: its cost is the last row's. Medians of the workload's
 # own wall time; each overhead is the median of the rounds' own ratios to
 # the glibc run of the same round (paired: this machine's speed drifts by
-# more than the differences between the cheap rows within minutes).
+# more than the differences between the cheap rows within minutes); the
+# cheap rows show those ratios' quartiles too.
 # usage: bench/heap_profile.sh [BUILD_DIR] [ITERATIONS] [ROUNDS (5)]
 set -eu
 build=${1:-$(dirname "$0")/../build/dev}
@@ -62,6 +63,15 @@ median() { sort -n | awk '{ v[NR] = $1 } END { print NR % 2 ? v[(NR + 1) / 2] : 
 med() { median <"$tmp/$1"; }
 # the median of the rounds' ratios of $1's time to $2's (default glibc's)
 ratio() { paste "$tmp/${2:-glibc}" "$tmp/$1" | awk '{ printf "%.6f\n", $2 / $1 }' | median; }
+# the rounds' ratios of $1's time to glibc's: their lower and upper
+# quartiles as overheads (Tukey's hinges: the medians of the lower and upper
+# halves), the spread a single run of this machine may show
+spread() {
+    paste "$tmp/glibc" "$tmp/$1" | awk '{ printf "%.6f\n", $2 / $1 }' | sort -n | awk '
+        function med(a, b,   k) { k = b - a + 1; return k % 2 ? v[a + (k - 1) / 2] : (v[a + k / 2 - 1] + v[a + k / 2]) / 2 }
+        { v[NR] = $1 }
+        END { h = int((NR + 1) / 2); printf "quartiles %+.1f%% .. %+.1f%%", 100 * (med(1, h) - 1), 100 * (med(NR - h + 1, NR) - 1) }'
+}
 g=$(med glibc)
 h=$([ $have_heaptrack -eq 1 ] && med heaptrack || echo 0)
 h1=$([ $have_heaptrack -eq 1 ] && med heaptrack_1cpu || echo 0)
@@ -73,6 +83,7 @@ awk -v g="$g" -v h="$h" -v h1="$h1" -v rh="$rh" -v rh1="$rh1" \
     -v c="$(med crawl)" -v rc="$(ratio crawl)" -v f="$(med crawl_fast)" -v rf="$(ratio crawl_fast)" \
     -v s="$(med sampled)" -v rs="$(ratio sampled)" -v p="$(med preload)" -v rp="$(ratio preload)" \
     -v a="$(med gpa)" -v ra="$(ratio gpa)" -v fl="$(med floor)" -v rfl="$(ratio floor)" \
+    -v qs="$(spread sampled)" -v qp="$(spread preload)" -v qf="$(spread floor)" \
     -v gd="$(med glibc_div)" -v cd="$(med crawl_div)" -v rcd="$(ratio crawl_div glibc_div)" '
 function row(name, t, r) { printf "  %-35s%7.3f  %6.2fx  overhead %+7.1f%%", name, t, r, 100 * (r - 1) }
 BEGIN {
@@ -86,9 +97,9 @@ BEGIN {
     if (h > 0) printf "   (%.2f of heaptrack'"'"'s overhead, %.2f pinned)", (rc - 1) / (rh - 1), (rc - 1) / (rh1 - 1)
     printf "\n"
     row("crawl, every stack (frame pointers)", f, rf); printf "\n"
-    row("crawl, sampled every 512 KiB", s, rs); printf "\n"
-    row("the preload recording nothing", p, rp); printf "\n"
+    row("crawl, sampled every 512 KiB", s, rs); printf "   (%s)\n", qs
+    row("the preload recording nothing", p, rp); printf "   (%s)\n", qp
     row("the same, GWP-ASan 1 in 5000", a, ra); printf "\n"
-    row("a bare forwarding interposer", fl, rfl); printf "   (the floor for any LD_PRELOAD)\n"
+    row("a bare forwarding interposer", fl, rfl); printf "   (the floor for any LD_PRELOAD; %s)\n", qf
     printf "  %-35s%7.3f\n", "192 call paths: glibc alone", gd
     row("192 call paths: crawl, every stack", cd, rcd); printf "\n" }'
