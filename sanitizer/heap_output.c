@@ -592,7 +592,7 @@ int crawl_heap_profile_write_fd(int fd, crawl_heap_format format)
         return -EINVAL;
     int was = hp_inside_enter();
     hp_snap s;
-    int rc = hp_snapshot(&s);
+    int rc = hp_snapshot(&s, 0);
     if (!rc && (rc = hp_mmap_append(&s)) != 0)
         hp_snapshot_free(&s);
     if (!rc) {

@@ -174,8 +174,9 @@ static int full(const shard *s)
 {
     if ((s->live + 1) * 2 <= s->cap)
         return 0;
-    return atomic_load_explicit(&frozen, memory_order_relaxed) ? (s->live + 1) * 8 > s->cap * 7 ? -1 : 0
-                                                               : 1;
+    return atomic_load_explicit(&frozen, memory_order_relaxed) > 0
+               ? (s->live + 1) * 8 > s->cap * 7 ? -1 : 0
+               : 1;
 }
 
 void hp_tables_freeze(int on)
@@ -190,11 +191,6 @@ static int insert(const hp_entry *e)
     shard_lock(&s->lock);
     if (!s->t)
         s->t = first_tables[s - shards], s->cap = SHARD_FIRST_CAP;
-    int grow = full(s);
-    if (grow < 0 || (grow && rehash(s, s->cap * 2) != 0)) {
-        shard_unlock(&s->lock);
-        return -ENOMEM;
-    }
     size_t j = home_of(h, s->cap);
     for (;; j = (j + 1) & (s->cap - 1)) {
         uintptr_t p = s->t[j].ptr;
@@ -208,6 +204,15 @@ static int insert(const hp_entry *e)
         if (p == 0)
             break;
     }
+    /* a new entry: (a table always has an empty slot, so the probe ended) */
+    int grow = full(s);
+    if (grow < 0 || (grow && rehash(s, s->cap * 2) != 0)) {
+        shard_unlock(&s->lock);
+        return -ENOMEM;
+    }
+    if (grow)
+        for (j = home_of(h, s->cap); s->t[j].ptr; j = (j + 1) & (s->cap - 1))
+            ;
     filter_add(e->ptr, 1);
     s->t[j] = *e;
     s->live++;
@@ -451,7 +456,7 @@ int hp_snap_reserve(hp_snap *s, size_t more)
     return 0;
 }
 
-int hp_snapshot(hp_snap *out)
+int hp_snapshot(hp_snap *out, int addresses)
 {
     memset(out, 0, sizeof *out);
     out->sample_bytes = atomic_load(&sample_bytes);
@@ -464,8 +469,12 @@ int hp_snapshot(hp_snap *out)
             return -ENOMEM;
         }
         for (size_t j = 0; j < s->cap; j++)
-            if (s->t[j].ptr)
-                out->e[out->n++] = s->t[j];
+            if (s->t[j].ptr) {
+                out->e[out->n] = s->t[j];
+                if (!addresses)
+                    out->e[out->n].ptr = 0;
+                out->n++;
+            }
         shard_unlock(&s->lock);
     }
     out->dropped = atomic_load(&dropped);
@@ -533,7 +542,7 @@ void crawl_heap_profile_totals(crawl_heap_totals *out)
     out->dropped = atomic_load(&dropped);
     hp_snap snap;
     int was = hp_inside_enter();
-    if (hp_snapshot(&snap) == 0) {
+    if (hp_snapshot(&snap, 0) == 0) {
         out->stacks = hp_count_stacks(&snap);
         hp_snapshot_free(&snap);
     }

@@ -31,7 +31,11 @@ typedef struct hp_snap {
     unsigned long dropped;
 } hp_snap;
 
-int hp_snapshot(hp_snap *out);          /* 0 or -ENOMEM */
+/* The live table, copied: 0 or -ENOMEM. Without addresses, every entry's
+ * ptr is 0: a copy for the outputs, which need none, holds no chunk's
+ * address (a leak check running meanwhile in another thread would scan
+ * it as anonymous memory and take the copies for references). */
+int hp_snapshot(hp_snap *out, int addresses);
 /* Room for more entries in s (its array is mmap'ed: never malloc). 0 or
  * -ENOMEM, s unchanged then. */
 int hp_snap_reserve(hp_snap *s, size_t more);

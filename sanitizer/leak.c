@@ -798,10 +798,19 @@ static __attribute__((noinline)) void clear_stack_below(void)
 
 static long check(int fd);
 
+/* One check at a time: each one's snapshot holds every chunk's address,
+ * in memory another would scan as anonymous. */
+static pthread_mutex_t check_lock = PTHREAD_MUTEX_INITIALIZER;
+
+/* (the check that held it ran in another of the parent's threads) */
+void san_leak_fork_child(void) { pthread_mutex_init(&check_lock, NULL); }
+
 long crawl_leak_check(int fd)
 {
+    pthread_mutex_lock(&check_lock);
     clear_stack_below();
     long rc = check(fd);
+    pthread_mutex_unlock(&check_lock);
     CRAWL__NO_TAIL(rc);
     return rc;
 }
@@ -810,7 +819,7 @@ static __attribute__((noinline)) long check(int fd)
 {
     int was = hp_inside_enter();
     hp_snap snap;
-    long rc = hp_snapshot(&snap);
+    long rc = hp_snapshot(&snap, 1);
     if (rc) {
         hp_inside_leave(was);
         return rc;
@@ -930,6 +939,9 @@ static __attribute__((noinline)) long check(int fd)
     rc = (long)leaked_objects;
 out:
     free(sp->mark), free(sp->work), free(order), free(groups);
+    /* (its lo is the lowest chunk's address: left in freed memory of an
+     * arena that holds no recorded chunk, the next check would scan it) */
+    explicit_bzero(sp, sizeof *sp);
     free(sp);
     hp_snapshot_free(&snap);
     hp_inside_leave(was);

@@ -264,6 +264,7 @@ static void fork_release(void)
 static void fork_child(void)
 {
     san_hp_fork_child();
+    san_leak_fork_child();
     fork_release();
 }
 

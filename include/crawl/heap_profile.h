@@ -270,7 +270,9 @@ CRAWL_API crawl_heap_format crawl_heap_format_for(const char *path);
  * grow (a table grown then would be scanned as the program's memory, its
  * copies of chunk addresses hiding leaks): a shard fills to 7/8 instead
  * of 1/2, and past that another thread's allocation is not recorded
- * (counted with those made while crawl was busy). Allocates; not
+ * (counted with those made while crawl was busy). Checks from several
+ * threads take turns (each one's copy of the table holds every chunk's
+ * address); profiles written meanwhile copy no addresses. Allocates; not
  * async-signal-safe; thread-safe. */
 CRAWL_API long crawl_leak_check(int fd);
 
