@@ -440,6 +440,15 @@ void san_hook_kind_update(void)
 
 /* ---- reading the table ----------------------------------------------------------------- */
 
+void hp_wipe_on_fork(void *p, size_t len)
+{
+#ifdef MADV_WIPEONFORK
+    madvise(p, len, MADV_WIPEONFORK);
+#else
+    (void)p, (void)len;
+#endif
+}
+
 int hp_snap_reserve(hp_snap *s, size_t more)
 {
     if (s->n + more <= s->cap)
@@ -448,6 +457,7 @@ int hp_snap_reserve(hp_snap *s, size_t more)
     hp_entry *bigger = crawl__mmap(ncap * sizeof *bigger, PROT_READ | PROT_WRITE, 0);
     if (bigger == MAP_FAILED)
         return -ENOMEM;
+    hp_wipe_on_fork(bigger, ncap * sizeof *bigger);
     if (s->e) {
         memcpy(bigger, s->e, s->n * sizeof *bigger);
         crawl__munmap(s->e, s->cap * sizeof *s->e);

@@ -39,6 +39,11 @@ int hp_snapshot(hp_snap *out, int addresses);
 /* Room for more entries in s (its array is mmap'ed: never malloc). 0 or
  * -ENOMEM, s unchanged then. */
 int hp_snap_reserve(hp_snap *s, size_t more);
+/* [p, p + len), a mapping of crawl's: zeros in a child of fork()
+ * (MADV_WIPEONFORK, where the kernel has it): a leak check's state, which
+ * holds chunk addresses, must not reach a child whose check would scan it
+ * as anonymous memory (the thread that used it is not there). */
+void hp_wipe_on_fork(void *p, size_t len);
 void hp_snapshot_free(hp_snap *s);
 /* The shards' tables [lo, hi) (they hold every chunk's address: a leak
  * check must not take them for roots): first the block of all first

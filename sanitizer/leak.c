@@ -97,6 +97,7 @@ __attribute__((noinline)) static void sort_by_ptr(hp_entry *e, size_t n)
         qsort(e, n, sizeof *e, by_ptr);
         return;
     }
+    hp_wipe_on_fork(tmp, bytes);
     hp_entry *from = e, *to = tmp;
     for (size_t width = 1; width < n; width *= 2) {
         for (size_t lo = 0; lo < n; lo += 2 * width) {
@@ -798,8 +799,14 @@ static __attribute__((noinline)) void clear_stack_below(void)
 
 static long check(int fd);
 
-/* One check at a time: each one's snapshot holds every chunk's address,
- * in memory another would scan as anonymous. */
+/* One scan at a time: each check's snapshot holds every chunk's address,
+ * in memory another would scan as anonymous. Held from the snapshot to
+ * the grouping (the report, which runs the embedder's describe_method
+ * hooks, comes after). Not across fork(): the registry's fork handler
+ * may take its lock before this one, which a check takes inside it.
+ * Instead what a check in progress keeps chunk addresses in (the
+ * snapshot, the sort's scratch, the scan's state) is mapped
+ * MADV_WIPEONFORK: a child of a fork made meanwhile sees zeros there. */
 static pthread_mutex_t check_lock = PTHREAD_MUTEX_INITIALIZER;
 
 /* (the check that held it ran in another of the parent's threads) */
@@ -807,10 +814,13 @@ void san_leak_fork_child(void) { pthread_mutex_init(&check_lock, NULL); }
 
 long crawl_leak_check(int fd)
 {
-    pthread_mutex_lock(&check_lock);
+    /* (not cancelled half way: the lock and the tables' freeze would stay) */
+    int cancel;
+    pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, &cancel);
     clear_stack_below();
     long rc = check(fd);
-    pthread_mutex_unlock(&check_lock);
+    clear_stack_below();                 /* the check's frames: chunk addresses */
+    pthread_setcancelstate(cancel, NULL);
     CRAWL__NO_TAIL(rc);
     return rc;
 }
@@ -819,16 +829,24 @@ static __attribute__((noinline)) long check(int fd)
 {
     int was = hp_inside_enter();
     hp_snap snap;
+    pthread_mutex_lock(&check_lock);
+    int locked = 1;
     long rc = hp_snapshot(&snap, 1);
     if (rc) {
+        pthread_mutex_unlock(&check_lock);
         hp_inside_leave(was);
         return rc;
     }
-    /* the scan's state lives in malloc's heap, which is not scanned: on this
+    /* the scan's state lives in a mapping of its own, skipped: on this
      * stack its bounds (the lowest chunk's address) would be a root */
-    scan *sp = calloc(1, sizeof *sp);
+    scan *sp = crawl__mmap(sizeof *sp, PROT_READ | PROT_WRITE, 0);
+    if (sp == MAP_FAILED)
+        sp = NULL;
+    else
+        hp_wipe_on_fork(sp, sizeof *sp);
     if (!sp) {
         hp_snapshot_free(&snap);
+        pthread_mutex_unlock(&check_lock);
         hp_inside_leave(was);
         return -ENOMEM;
     }
@@ -899,6 +917,12 @@ static __attribute__((noinline)) long check(int fd)
     }
     if (ng)
         qsort(groups, ng, sizeof *groups, group_order);
+    /* the report needs the groups only: what holds chunk addresses goes
+     * before the next check may start */
+    hp_snapshot_free(&snap);
+    sp->lo = sp->hi = 0;
+    pthread_mutex_unlock(&check_lock);
+    locked = 0;
 
     const san_options *opt = san_opts();
     int opened = 0;
@@ -939,11 +963,10 @@ static __attribute__((noinline)) long check(int fd)
     rc = (long)leaked_objects;
 out:
     free(sp->mark), free(sp->work), free(order), free(groups);
-    /* (its lo is the lowest chunk's address: left in freed memory of an
-     * arena that holds no recorded chunk, the next check would scan it) */
-    explicit_bzero(sp, sizeof *sp);
-    free(sp);
+    crawl__munmap(sp, sizeof *sp);
     hp_snapshot_free(&snap);
+    if (locked)
+        pthread_mutex_unlock(&check_lock);
     hp_inside_leave(was);
     return rc;
 }

@@ -267,6 +267,11 @@ int crawl_walk_thread_timeout(pid_t tid, crawl_walk_fn fn, void *ctx, unsigned f
             }
         }
         atomic_store_explicit(&req.caller, 0, memory_order_relaxed);
+        /* the target's registers go: kept in crawl's data (scanned as
+         * static data), they would be a leak check's roots after the
+         * target has let go of what they held */
+        memset(req.frames, 0, req.n * sizeof *req.frames);
+        memset(req.gprs, 0, sizeof req.gprs);
         atomic_store(&req.state, 0);
         atomic_store(&req.released, req.seq);
         futex((atomic_int *)&req.released, FUTEX_WAKE_PRIVATE, INT_MAX, NULL);

@@ -271,9 +271,12 @@ CRAWL_API crawl_heap_format crawl_heap_format_for(const char *path);
  * copies of chunk addresses hiding leaks): a shard fills to 7/8 instead
  * of 1/2, and past that another thread's allocation is not recorded
  * (counted with those made while crawl was busy). Checks from several
- * threads take turns (each one's copy of the table holds every chunk's
- * address); profiles written meanwhile copy no addresses. Allocates; not
- * async-signal-safe; thread-safe. */
+ * threads take turns scanning (each one's copy of the table holds every
+ * chunk's address; the reports, which call describe_method hooks, are
+ * written outside that turn); profiles written meanwhile copy no
+ * addresses; a child of a fork made while a check runs does not inherit
+ * its state (mapped MADV_WIPEONFORK). Cancellation is held off while it
+ * runs. Allocates; not async-signal-safe; thread-safe. */
 CRAWL_API long crawl_leak_check(int fd);
 
 #ifdef __cplusplus

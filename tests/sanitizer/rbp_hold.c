@@ -15,3 +15,13 @@ KEEP void rbp_hold(void *p, void (*fn)(void))
     fn();
     __asm__ volatile("" : : "r"(keep));
 }
+
+KEEP void rbp_spin(void *p, volatile int *holding, volatile int *go)
+{
+    register void *keep __asm__("rbp") = p;
+    __asm__ volatile("" : "+r"(keep));
+    *holding = 1;
+    while (!*go)
+        __asm__ volatile("pause");
+    __asm__ volatile("" : : "r"(keep));
+}

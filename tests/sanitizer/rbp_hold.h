@@ -6,4 +6,8 @@
  * this frame's rbp). */
 void rbp_hold(void *p, void (*fn)(void));
 
+/* With p in rbp, set *holding and spin (no call) until *go: a thread
+ * stopped here has p in a register, nowhere else. */
+void rbp_spin(void *p, volatile int *holding, volatile int *go);
+
 #endif

@@ -3,6 +3,7 @@
  * byte sampling's estimate, and the leak check on planted chunks. The
  * preload's contract (CRAWL_OPTIONS, at-exit files, real programs) is
  * tests/preload/heap.sh. */
+#define _GNU_SOURCE
 #include "../support.h"
 #include "rbp_hold.h"
 
@@ -14,6 +15,7 @@
 #include <sched.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdatomic.h>
 #include <sys/mman.h>
 #include <sys/syscall.h>
@@ -21,6 +23,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 /* ---- a script-like program: function Frames name script functions ---------------- */
@@ -31,9 +34,19 @@ typedef struct script_frame {
 } script_frame;
 
 static const void *sf_method(const crawl_frame *f) { return ((const script_frame *)f)->function; }
+/* describe_gate_on: describing waits for describe_gate (an embedder's hook
+ * that takes the interpreter's lock) */
+static pthread_mutex_t describe_gate = PTHREAD_MUTEX_INITIALIZER;
+static atomic_int describe_gate_on, describing;
+
 static int sf_describe_method(const void *m, uintptr_t pc, char *buf, size_t len)
 {
     (void)pc;
+    if (atomic_load(&describe_gate_on)) {
+        atomic_store(&describing, 1);
+        pthread_mutex_lock(&describe_gate);
+        pthread_mutex_unlock(&describe_gate);
+    }
     return snprintf(buf, len, "%s at game.script:7", (const char *)m);
 }
 static const crawl_frame_type script_type = {
@@ -685,6 +698,200 @@ static void test_concurrent_checks_hide_no_leak(void **state)
     free_spread();
 }
 
+/* A fork while another thread checks: the child must not inherit the
+ * check's snapshot (every chunk's address, in a mapping the child's own
+ * check scans as anonymous memory: children reported 0 of 640); crawl maps
+ * it MADV_WIPEONFORK. A child forked while the check thread was inside
+ * dl_iterate_phdr cannot take the loader's lock (glibc's fork leaves it
+ * held; a child of a threaded process may call only async-signal-safe
+ * functions): such a child dies of its alarm and is not counted. */
+static atomic_int checking_loop;
+
+static void *check_loop(void *arg)
+{
+    int fd = *(int *)arg;
+    crawl_thread_attach();
+    while (atomic_load(&checking_loop))
+        crawl_leak_check(fd);
+    return NULL;
+}
+
+static void test_fork_during_check(void **state)
+{
+    (void)state;
+    start_and_plant_spread();
+    FILE *f = tmpfile();
+    assert_non_null(f);
+    int fd = fileno(f);
+    atomic_store(&checking_loop, 1);
+    pthread_t t;
+    assert_int_equal(pthread_create(&t, NULL, check_loop, &fd), 0);
+    int good = 0, bad = 0, stuck = 0;
+    for (int i = 0; i < 16; i++) {
+        usleep(3000 + 1100 * i);          /* (forks at different points of the checks) */
+        pid_t child = fork();
+        assert_true(child >= 0);
+        if (child == 0) {
+            alarm(3);
+            _exit(crawl_leak_check(fd) == 640 ? 0 : 1);
+        }
+        int status;
+        assert_int_equal(waitpid(child, &status, 0), child);
+        if (WIFSIGNALED(status) && WTERMSIG(status) == SIGALRM)
+            stuck++;
+        else if (WIFEXITED(status) && WEXITSTATUS(status) == 0)
+            good++;
+        else
+            bad++;
+    }
+    atomic_store(&checking_loop, 0);
+    assert_int_equal(pthread_join(t, NULL), 0);
+    fclose(f);
+    free_spread();
+    printf("children: %d reported every leak, %d fewer, %d stuck in the loader\n", good, bad, stuck);
+    assert_int_equal(bad, 0);
+    assert_true(good >= 4);
+}
+
+/* A thread cancelled while it checks: the check runs to its end (it used
+ * to leave its lock held, and every later check waited for ever). */
+static void *check_until_cancelled(void *arg)
+{
+    int fd = *(int *)arg;
+    for (;;) {
+        crawl_leak_check(fd);
+        pthread_testcancel();
+    }
+    return NULL;
+}
+
+/* *job checked in a thread of its own, waited for at most 30 s: 1 if done */
+static int check_within_30s(check_job *job)
+{
+    pthread_t t;
+    assert_int_equal(pthread_create(&t, NULL, check_in_thread, job), 0);
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until);
+    until.tv_sec += 30;
+    if (pthread_timedjoin_np(t, NULL, &until) == 0)
+        return 1;
+    pthread_detach(t);
+    return 0;
+}
+
+static void test_cancelled_check(void **state)
+{
+    (void)state;
+    start_and_plant_spread();
+    FILE *f = tmpfile();
+    assert_non_null(f);
+    int fd = fileno(f);
+    for (int i = 0; i < 5; i++) {
+        pthread_t t;
+        assert_int_equal(pthread_create(&t, NULL, check_until_cancelled, &fd), 0);
+        usleep(2000 + 3000 * i);
+        assert_int_equal(pthread_cancel(t), 0);
+        assert_int_equal(pthread_join(t, NULL), 0);
+    }
+    check_job job = {.fd = fd};
+    assert_true(check_within_30s(&job));
+    assert_int_equal(job.leaked, 640);
+    fclose(f);
+    free_spread();
+}
+
+/* The report runs the embedder's describe_method hooks, which may wait
+ * for the interpreter's lock; a check started meanwhile by the thread that
+ * holds that lock must not wait for the report (it did: the report ran
+ * inside the check's lock). */
+static uintptr_t scripted_leak;
+
+NOINLINE static void plant_scripted(void)
+{
+    void *p = load_level(48);
+    scripted_leak = ~(uintptr_t)p;
+}
+
+/* (attached: the other check scans its stack from its stack pointer up,
+ * not the scan's frames the report left below it) */
+static void *check_attached_alone(void *arg)
+{
+    crawl_thread_attach();
+    return check_in_thread(arg);
+}
+
+static void test_check_while_a_report_describes(void **state)
+{
+    (void)state;
+    assert_int_equal(crawl_heap_profile_start(), 0);
+    plant_scripted();
+    scrub();
+    FILE *fa = tmpfile(), *fb = tmpfile();
+    assert_non_null(fa);
+    assert_non_null(fb);
+    pthread_mutex_lock(&describe_gate);
+    atomic_store(&describing, 0);
+    atomic_store(&describe_gate_on, 1);
+    check_job a = {.fd = fileno(fa)}, b = {.fd = fileno(fb)};
+    pthread_t ta;
+    assert_int_equal(pthread_create(&ta, NULL, check_attached_alone, &a), 0);
+    while (!atomic_load(&describing))
+        sched_yield();
+    atomic_store(&describe_gate_on, 0);
+    int done = check_within_30s(&b);     /* (the report of a waits for the gate meanwhile) */
+    pthread_mutex_unlock(&describe_gate);
+    assert_int_equal(pthread_join(ta, NULL), 0);
+    assert_true(done);
+    assert_int_equal(a.leaked, 1);
+    assert_int_equal(b.leaked, 1);
+    fclose(fa);
+    fclose(fb);
+    my_free((void *)~scripted_leak);
+}
+
+/* An attached thread walked by a check while a chunk's only copy is in one
+ * of its registers: the chunk is reachable then, and leaked once the
+ * thread has let go of it and gone. Walks kept the last target's
+ * registers in crawl's data, where the next check found them. (Run early
+ * in the group: at its end the second check did not report the chunk in
+ * some runs, for a reason not yet found; see the issue's note.) */
+static volatile int spin_holding, spin_go;
+static uintptr_t spun;
+
+static void *hold_in_rbp(void *arg)
+{
+    crawl_thread_attach();
+    rbp_spin((void *)~*(uintptr_t *)arg, &spin_holding, &spin_go);
+    return NULL;
+}
+
+NOINLINE static void plant_spun(void) { spun = ~(uintptr_t)my_malloc(24); }
+
+static void test_walked_registers_are_let_go(void **state)
+{
+    (void)state;
+    assert_int_equal(crawl_heap_profile_start(), 0);
+    plant_spun();
+    scrub();
+    spin_holding = spin_go = 0;
+    pthread_t t;
+    assert_int_equal(pthread_create(&t, NULL, hold_in_rbp, &spun), 0);
+    while (!spin_holding)
+        sched_yield();
+    long leaked;
+    char *buf = leak_report(&leaked);
+    free(buf);
+    assert_int_equal(leaked, 0);         /* held in rbp: reachable */
+    spin_go = 1;
+    assert_int_equal(pthread_join(t, NULL), 0);
+    buf = leak_report(&leaked);
+    printf("%.200s\n", buf);
+    assert_int_equal(leaked, 1);
+    HAS(buf, "Direct leak of 24 byte(s) in 1 object(s) allocated from:");
+    free(buf);
+    my_free((void *)~spun);
+}
+
 /* Under AddressSanitizer a freed buffer stays mapped in its quarantine,
  * with what it held, in a size class of its own that the check scans as
  * anonymous memory; a stale chunk address there is no root (it is
@@ -859,8 +1066,11 @@ static void test_bad_arguments(void **state)
 
 int main(void)
 {
+    if (getenv("HEAP_PROFILE_ONLY"))        /* (one test by name, when debugging) */
+        cmocka_set_test_filter(getenv("HEAP_PROFILE_ONLY"));
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_outputs_show_script_frames),
+        cmocka_unit_test(test_walked_registers_are_let_go),   /* (early: see its comment) */
         cmocka_unit_test(test_unknown_free_and_reuse),
         cmocka_unit_test(test_table_churn),
         cmocka_unit_test(test_stop_keeps_taking_frees),
@@ -871,6 +1081,9 @@ int main(void)
         cmocka_unit_test(test_walk_memo_is_no_root),
         cmocka_unit_test(test_tables_grown_during_check_hide_no_leak),
         cmocka_unit_test(test_concurrent_checks_hide_no_leak),
+        cmocka_unit_test(test_fork_during_check),
+        cmocka_unit_test(test_cancelled_check),
+        cmocka_unit_test(test_check_while_a_report_describes),
         cmocka_unit_test(test_threads_and_fork),
         cmocka_unit_test(test_bad_arguments),
     };
