@@ -170,13 +170,15 @@ static int rehash(shard *s, size_t cap)
  * dlopen holds the loader's lock, which the check takes too. */
 static atomic_int frozen;
 
+/* Whether s must grow before one more entry: 1 grow, 0 no, -1 full and
+ * frozen (the entry is refused) */
 static int full(const shard *s)
 {
     if ((s->live + 1) * 2 <= s->cap)
         return 0;
-    return atomic_load_explicit(&frozen, memory_order_relaxed) > 0
-               ? (s->live + 1) * 8 > s->cap * 7 ? -1 : 0
-               : 1;
+    if (atomic_load_explicit(&frozen, memory_order_relaxed) <= 0)
+        return 1;
+    return (s->live + 1) * 8 > s->cap * 7 ? -1 : 0;
 }
 
 void hp_tables_freeze(int on)

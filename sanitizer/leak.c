@@ -840,16 +840,13 @@ static __attribute__((noinline)) long check(int fd)
     /* the scan's state lives in a mapping of its own, skipped: on this
      * stack its bounds (the lowest chunk's address) would be a root */
     scan *sp = crawl__mmap(sizeof *sp, PROT_READ | PROT_WRITE, 0);
-    if (sp == MAP_FAILED)
-        sp = NULL;
-    else
-        hp_wipe_on_fork(sp, sizeof *sp);
-    if (!sp) {
+    if (sp == MAP_FAILED) {
         hp_snapshot_free(&snap);
         pthread_mutex_unlock(&check_lock);
         hp_inside_leave(was);
         return -ENOMEM;
     }
+    hp_wipe_on_fork(sp, sizeof *sp);
     sp->e = snap.e, sp->n = snap.n;
     sort_by_ptr(snap.e, snap.n);
     sp->mark = calloc(snap.n + 1, 1);
@@ -873,8 +870,7 @@ static __attribute__((noinline)) long check(int fd)
     sp->skip[sp->nskip][0] = (uintptr_t)snap.e;
     sp->skip[sp->nskip][1] = (uintptr_t)(snap.e + snap.cap);
     sp->nskip++;
-    /* (in glibc's heap it is never scanned; under AddressSanitizer its
-     * size class may be memory the check scans) */
+    /* (an anonymous mapping, which the check scans) */
     sp->skip[sp->nskip][0] = (uintptr_t)sp;
     sp->skip[sp->nskip][1] = (uintptr_t)(sp + 1);
     sp->nskip++;
