@@ -494,6 +494,24 @@ static void test_walk_memo_is_no_root(void **state)
     my_free((void *)~in_rbp);
 }
 
+/* n leaks of size bytes, zeroed, their addresses kept complemented in
+ * slots (no root reaches them). Called from a function of each test's
+ * own, which the reports name. */
+NOINLINE static void plant_into(uintptr_t *slots, int n, size_t size)
+{
+    for (volatile int i = 0; i < n; i++)   /* one call site: one stack */
+        slots[i] = ~(uintptr_t)memset(my_malloc(size), 0, size);
+}
+
+/* Free what plant_into put in slots, once (the slots are cleared). */
+static void free_planted(uintptr_t *slots, int n)
+{
+    for (int i = 0; i < n; i++)
+        if (slots[i])
+            my_free((void *)~slots[i]);
+    memset(slots, 0, (size_t)n * sizeof *slots);
+}
+
 /* The shards' tables grow while the check runs (another thread records
  * allocations): a table grown after the check listed crawl's tables, but
  * mapped before it read the process's mappings, was scanned as anonymous
@@ -505,11 +523,7 @@ static uintptr_t spread[640];
 static void *grown[GROWER_MAX];          /* reachable: static data */
 static atomic_int grower_made, checker_ready, checker_go, checker_done;
 
-NOINLINE static void plant_spread(void)
-{
-    for (volatile int i = 0; i < 640; i++)
-        spread[i] = ~(uintptr_t)memset(my_malloc(32), 0, 32);
-}
+NOINLINE static void plant_spread(void) { plant_into(spread, 640, 32); }
 
 /* recording, 640 leaks of 32 bytes planted, no copy of them left below */
 NOINLINE static void start_and_plant_spread(void)
@@ -519,13 +533,7 @@ NOINLINE static void start_and_plant_spread(void)
     scrub();
 }
 
-static void free_spread(void)
-{
-    for (int i = 0; i < 640; i++)
-        if (spread[i])
-            my_free((void *)~spread[i]);
-    memset(spread, 0, sizeof spread);
-}
+static void free_spread(void) { free_planted(spread, 640); }
 
 /* (the tests that plant them free them, and when one fails half way, this
  * does: the next test's counts stay its own) */
@@ -682,8 +690,10 @@ static void test_concurrent_checks_hide_no_leak(void **state)
     atomic_store(&writer_done, 0);
     pthread_t w;
     assert_int_equal(pthread_create(&w, NULL, write_profile, &p[1]), 0);
-    while (!atomic_load(&writer_tid) || !in_write(atomic_load(&writer_tid)))
+    while (!atomic_load(&writer_tid) || !in_write(atomic_load(&writer_tid))) {
+        assert_false(atomic_load(&writer_done));   /* (it must block: else no wait ends) */
         sched_yield();
+    }
     assert_int_equal(pthread_barrier_init(&checks_done, NULL, 2), 0);
     for (int round = 0; round < 3; round++) {
         FILE *f[2];
@@ -956,11 +966,7 @@ static void test_freed_memory_is_no_root(void **state)
  * scans, and must be left out as the tables grown out of them are. */
 static uintptr_t few[3];
 
-NOINLINE static void plant_few(void)
-{
-    for (volatile int i = 0; i < 3; i++)
-        few[i] = ~(uintptr_t)memset(my_malloc(64), 0, 64);
-}
+NOINLINE static void plant_few(void) { plant_into(few, 3, 64); }
 
 static void test_first_tables_hide_no_leak(void **state)
 {
@@ -975,8 +981,7 @@ static void test_first_tables_hide_no_leak(void **state)
     HAS(buf, "Direct leak of 192 byte(s) in 3 object(s) allocated from:");
     HAS(buf, "in plant_few ");
     free(buf);
-    for (int i = 0; i < 3; i++)
-        my_free((void *)~few[i]);
+    free_planted(few, 3);
 }
 
 /* More chunks than the first tables hold: a table grown out of its first
@@ -990,11 +995,7 @@ static void test_first_tables_hide_no_leak(void **state)
 #define MANY 1500
 static uintptr_t many[MANY];
 
-NOINLINE static void plant_many(void)
-{
-    for (volatile int i = 0; i < MANY; i++)   /* one call site: one stack */
-        many[i] = ~(uintptr_t)memset(my_malloc(72), 0, 72);
-}
+NOINLINE static void plant_many(void) { plant_into(many, MANY, 72); }
 
 static void test_grown_tables_hide_no_leak(void **state)
 {
@@ -1009,8 +1010,7 @@ static void test_grown_tables_hide_no_leak(void **state)
     HAS(buf, "Direct leak of 108000 byte(s) in 1500 object(s) allocated from:");
     HAS(buf, "in plant_many ");
     free(buf);
-    for (int i = 0; i < MANY; i++)
-        my_free((void *)~many[i]);
+    free_planted(many, MANY);
 }
 
 /* Threads allocate and free at once while another writes the profile; a
