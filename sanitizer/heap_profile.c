@@ -93,7 +93,6 @@ static inline void shard_unlock(atomic_int *l)
  * of one hash), and change under that shard's lock only. A free reads its
  * pointer's bit after the store its allocation made, in program order (or
  * after the program's own hand-over between threads). */
-#define SLOT_SHARD(slot) ((slot) >> (14 - HP_SHARD_BITS))
 /* a bits word (64 slots) must lie inside one shard */
 _Static_assert(HP_SHARD_BITS <= 14 - 6, "a filter word would span shards");
 
@@ -115,13 +114,21 @@ static void filter_add(uintptr_t ptr, int delta)   /* under ptr's shard lock */
     filter_set(slot, (unsigned char)(v + delta));
 }
 
-void crawl__hp_filter_stick(const void *p)
+/* A recorded entry's part in the filter: none for one recorded unfiltered
+ * (libcrawl-preload.so's samples, which its free tells apart by their
+ * chunk's header; the pool's, by address). The first entry the filter
+ * holds sets crawl__hp_filtered, for good: the preload's free tests the
+ * filter from then on. It is set before the entry's bit, so that a free
+ * that sees the bit sees it too (both before the allocation returns). */
+CRAWL_API int crawl__hp_filtered;
+
+static void filter_entry(const hp_entry *e, int delta)   /* under its shard lock */
 {
-    unsigned slot = crawl__hp_filter_slot(p);
-    shard *s = &shards[SLOT_SHARD(slot)];
-    shard_lock(&s->lock);
-    filter_set(slot, 255);
-    shard_unlock(&s->lock);
+    if (e->flags & HP_UNFILTERED)
+        return;
+    if (delta > 0 && !__atomic_load_n(&crawl__hp_filtered, __ATOMIC_RELAXED))
+        __atomic_store_n(&crawl__hp_filtered, 1, __ATOMIC_RELAXED);
+    filter_add(e->ptr, delta);
 }
 
 /* The first table of a shard: 16 entries (512 bytes), all 64 of them in
@@ -198,6 +205,8 @@ static int insert(const hp_entry *e)
         uintptr_t p = s->t[j].ptr;
         if (p == e->ptr) {               /* recorded twice (a free we did not see): replace */
             s->live_bytes -= s->t[j].size;
+            filter_entry(&s->t[j], -1);
+            filter_entry(e, 1);
             s->t[j] = *e;
             s->live_bytes += e->size;
             shard_unlock(&s->lock);
@@ -215,7 +224,7 @@ static int insert(const hp_entry *e)
     if (grow)
         for (j = home_of(h, s->cap); s->t[j].ptr; j = (j + 1) & (s->cap - 1))
             ;
-    filter_add(e->ptr, 1);
+    filter_entry(e, 1);
     s->t[j] = *e;
     s->live++;
     s->live_bytes += e->size;
@@ -259,7 +268,7 @@ static void erase(uintptr_t ptr)
             if (p == 0)
                 break;
             if (p == ptr) {
-                filter_add(ptr, -1);
+                filter_entry(&s->t[j], -1);
                 s->live--;
                 s->live_bytes -= s->t[j].size;
                 remove_at(s, j);
@@ -314,20 +323,20 @@ static inline void insert_prefetch(uintptr_t ptr)
 
 /* Record p with a stack from `from` (the hook's caller's frame). */
 static void record(const void *p, size_t size, uintptr_t caller, const crawl_regs *from,
-                   int sample)
+                   int sample, uint32_t flags)
 {
     int was_errno = errno;               /* a hook leaves errno as the allocator set it */
-    inside = 1;
+    int was = hp_inside_enter();
     const san_options *o = san_opts();
     hp_entry e = {.ptr = (uintptr_t)p, .size = size, .caller = caller,
-                  .flags = sample ? HP_SAMPLED : 0};
+                  .flags = flags | (sample ? HP_SAMPLED : 0)};
     if (sample)
         insert_prefetch(e.ptr);
     if (sample || size >= o->heap_stack_min_size)
         e.stack = hp_capture_stack(from);
     if (insert(&e) != 0)
         atomic_fetch_add_explicit(&dropped, 1, memory_order_relaxed);
-    inside = 0;
+    hp_inside_leave(was);
     errno = was_errno;
 }
 
@@ -352,7 +361,7 @@ void crawl__heap_profile_slow_from(const void *p, size_t size, uintptr_t caller,
     int sample = crawl__hp.sampled;
     if (sample && !take_sample())
         return;
-    record(p, size, caller, from, sample);
+    record(p, size, caller, from, sample, 0);
 }
 
 void crawl__heap_profile_slow(const void *p, size_t size, uintptr_t caller)
@@ -360,6 +369,25 @@ void crawl__heap_profile_slow(const void *p, size_t size, uintptr_t caller)
     crawl_regs here;
     crawl_capture_regs(&here);
     crawl__heap_profile_slow_from(p, size, caller, &here);
+    CRAWL__NO_TAIL(size);
+}
+
+int crawl__heap_profile_take(void)
+{
+    return !inside && !crawl__busy && take_sample();
+}
+
+void crawl__heap_profile_sampled_from(const void *p, size_t size, uintptr_t caller,
+                                      const crawl_regs *from)
+{
+    record(p, size, caller, from, 1, HP_UNFILTERED);
+}
+
+void crawl__heap_profile_sampled(const void *p, size_t size, uintptr_t caller)
+{
+    crawl_regs here;
+    crawl_capture_regs(&here);
+    record(p, size, caller, &here, 1, HP_UNFILTERED);
     CRAWL__NO_TAIL(size);
 }
 
@@ -374,7 +402,7 @@ void crawl_heap_profile_alloc(const void *p, size_t size, uintptr_t caller)
         return;
     crawl_regs here;
     crawl_capture_regs(&here);
-    record(p, size, caller, &here, sample);
+    record(p, size, caller, &here, sample, 0);
     CRAWL__NO_TAIL(size);
 }
 
@@ -525,21 +553,33 @@ int hp_inside_now(void) { return inside; }
 
 uint32_t hp_capture_stack(const crawl_regs *from)
 {
-    int was = inside;
-    inside = 1;
+    int was = hp_inside_enter();
     const san_options *o = san_opts();
     uint32_t id = san_capture_at(from, o->malloc_context_size, o->heap_stack_fast ? CRAWL_WALK_FAST : 0);
-    inside = was;
+    hp_inside_leave(was);
     return id;
 }
+
+/* crawl's own allocations meanwhile (libdw compiling CFI, glibc's qsort
+ * in an output) go through the preload's malloc, whose fast path takes
+ * them off the thread's byte countdown: the program's next allocation
+ * would then be sampled early. The countdown is put back as it was. */
+static __thread long countdown_outside __attribute__((tls_model("initial-exec")));
 
 int hp_inside_enter(void)
 {
     int was = inside;
+    if (!was)
+        countdown_outside = crawl__hp_countdown;
     inside = 1;
     return was;
 }
-void hp_inside_leave(int was) { inside = was; }
+void hp_inside_leave(int was)
+{
+    if (!was)
+        crawl__hp_countdown = countdown_outside;
+    inside = was;
+}
 
 void crawl_heap_profile_totals(crawl_heap_totals *out)
 {
