@@ -7,7 +7,7 @@
 # this script compared against); crawl's
 # preload recording every allocation with its stack (CFI, the default);
 # the same with frame-pointer stacks; crawl sampling stacks every 512 KiB
-# (Go's MemProfileRate); the preload alone, recording nothing; the same
+# (Go's MemProfileRate) and every 2 MiB (tcmalloc's default); the preload alone, recording nothing; the same
 # with GWP-ASan at its default rate; and a bare forwarding interposer
 # (bench/interpose_floor.c: the price of interposing malloc at all). Then
 # the same workload with 192 call paths ("diverse": a thread's last stacks
@@ -51,6 +51,8 @@ for round in $(seq "$rounds"); do
         run crawl_fast $pin "$work" "$iters"
     CRAWL_OPTIONS=heap_profile=1:heap_sample_bytes=524288:gpa_sample_rate=0 LD_PRELOAD=$pre \
         run sampled $pin "$work" "$iters"
+    CRAWL_OPTIONS=heap_profile=1:heap_sample_bytes=2097152:gpa_sample_rate=0 LD_PRELOAD=$pre \
+        run sampled2m $pin "$work" "$iters"
     CRAWL_OPTIONS=gpa_sample_rate=0 LD_PRELOAD=$pre run preload $pin "$work" "$iters"
     LD_PRELOAD=$pre run gpa $pin "$work" "$iters"
     LD_PRELOAD=$floor run floor $pin "$work" "$iters"
@@ -83,6 +85,7 @@ awk -v g="$g" -v h="$h" -v h1="$h1" -v rh="$rh" -v rh1="$rh1" \
     -v c="$(med crawl)" -v rc="$(ratio crawl)" -v f="$(med crawl_fast)" -v rf="$(ratio crawl_fast)" \
     -v s="$(med sampled)" -v rs="$(ratio sampled)" -v p="$(med preload)" -v rp="$(ratio preload)" \
     -v a="$(med gpa)" -v ra="$(ratio gpa)" -v fl="$(med floor)" -v rfl="$(ratio floor)" \
+    -v s2="$(med sampled2m)" -v rs2="$(ratio sampled2m)" -v qs2="$(spread sampled2m)" \
     -v qs="$(spread sampled)" -v qp="$(spread preload)" -v qf="$(spread floor)" \
     -v gd="$(med glibc_div)" -v cd="$(med crawl_div)" -v rcd="$(ratio crawl_div glibc_div)" '
 function row(name, t, r) { printf "  %-35s%7.3f  %6.2fx  overhead %+7.1f%%", name, t, r, 100 * (r - 1) }
@@ -98,6 +101,7 @@ BEGIN {
     printf "\n"
     row("crawl, every stack (frame pointers)", f, rf); printf "\n"
     row("crawl, sampled every 512 KiB", s, rs); printf "   (%s)\n", qs
+    row("crawl, sampled every 2 MiB", s2, rs2); printf "   (tcmalloc'"'"'s default; %s)\n", qs2
     row("the preload recording nothing", p, rp); printf "   (%s)\n", qp
     row("the same, GWP-ASan 1 in 5000", a, ra); printf "\n"
     row("a bare forwarding interposer", fl, rfl); printf "   (the floor for any LD_PRELOAD; %s)\n", qf

@@ -53,39 +53,17 @@ static int secure;                       /* set-uid/set-gid: never sample */
 static _Alignas(16) char boot[1 << 16];
 static atomic_size_t boot_used;
 
-/* A sample of the heap profile is a chunk of glibc's with a header of
- * crawl's in front: glibc's block b, at least 16 bytes, then the chunk p
- * the program gets, whose word before it holds TAG | (p - b). In every
- * chunk of glibc's own that word is the chunk's size, below 2^63: so free
- * tells a sample apart with one load of the word glibc's free reads next
- * anyway, and a sign test, without asking the heap profile's free filter
- * (samples stay out of it). */
-#define TAG ((size_t)1 << 63)
-typedef size_t __attribute__((may_alias)) header_word;   /* (over whatever the chunk holds) */
-
-static inline int tagged(const void *p)
-{
-    return (long)((const header_word *)p)[-1] < 0;
-}
-
-static char *tag_base(void *p)
-{
-    return (char *)p - (((header_word *)p)[-1] & ~TAG);
-}
-
-/* A bootstrap block carries the tag too: free's fast path then hands it
- * to free_slow, which ignores it. */
+/* A bootstrap block is also marked for good in the heap profile's free
+ * filter (a count stuck at 255): free's fast path then never hands it to
+ * glibc, without a test of its own. */
 static void *boot_alloc(size_t n)
 {
-    if (n > sizeof boot)
-        return NULL;
-    size_t want = 16 + ((n + 15) & ~(size_t)15);
+    size_t want = (n + 15) & ~(size_t)15;
     size_t at = atomic_fetch_add(&boot_used, want);
     if (at + want > sizeof boot)
         return NULL;
-    char *p = boot + at + 16;
-    ((header_word *)p)[-1] = TAG | 16;
-    return p;
+    crawl__hp_filter_stick(boot + at);
+    return boot + at;
 }
 
 static int from_boot(const void *p)
@@ -151,78 +129,18 @@ static void *sampled(size_t size, size_t alignment)
     return crawl_gpa_allocate(size, alignment);
 }
 
-/* A sample's chunk: n bytes aligned to alignment (0: malloc's 16),
- * zeroed if asked, with the tag in front. The header's room is the
- * alignment rounded up to a power of two (as glibc's memalign rounds it),
- * at least 16. NULL, errno ENOMEM, when glibc has none. */
-static void *tagged_alloc(size_t n, size_t alignment, int zero)
-{
-    size_t off = 16;
-    if (alignment > ((size_t)1 << 62) || n > SIZE_MAX - 2 * alignment - 16) {
-        errno = ENOMEM;
-        return NULL;
-    }
-    while (off < alignment)
-        off *= 2;
-    char *b = off > 16 ? real_memalign(off, n + off)
-              : zero   ? real_calloc(1, n + off)
-                       : real_malloc(n + off);
-    if (!b)
-        return NULL;
-    char *p = b + off;
-    if (zero && off > 16)
-        memset(p, 0, n);
-    ((header_word *)p)[-1] = TAG | off;
-    return p;
-}
-
-static size_t tagged_usable(void *p)
-{
-    char *b = tag_base(p);
-    return real_usable(b) - (size_t)((char *)p - b);
-}
-
 /* ---- the C entry points ----------------------------------------------------------------- */
 
-/* The heap profile's hooks. hp_sample, before an allocation of n bytes:
- * 1 if it is to be a sample (sampled mode, the thread's byte countdown
- * run out); its chunk is then tagged (or the pool's) and recorded outside
- * the free filter. noted, after it: the sample recorded, or, recording
- * every allocation, p recorded the usual way. A free is taken out before
- * the memory is handed back, so another thread cannot get the same
- * address and record it first: forget for a chunk of glibc's (through the
- * filter), forget_ours for the pool's, a sample, one the filter matched. */
-static inline __attribute__((always_inline)) int hp_sample(size_t n)
+/* The heap profile's hooks: a recorded allocation, one going away. A free
+ * is taken out before the memory is handed back, so another thread cannot
+ * get the same address and record it first. */
+static inline __attribute__((always_inline)) void *recorded(void *p, size_t n, const void *caller)
 {
-    if (__builtin_expect(crawl__hp.on != 1, 1) || !crawl__hp.sampled)
-        return 0;
-    return (crawl__hp_countdown -= (long)n + 1) <= 0 && crawl__heap_profile_take();
-}
-
-static inline __attribute__((always_inline)) int hp_every(const void *p)
-{
-    return __builtin_expect(crawl__hp.on == 1, 0) && !crawl__hp.sampled && p;
-}
-
-/* (inlined: the stack starts at the entry point) */
-static inline __attribute__((always_inline)) void *noted(void *p, size_t n, int sample,
-                                                        const void *caller)
-{
-    if (sample) {
-        if (p)
-            crawl__heap_profile_sampled(p, n, (uintptr_t)caller);
-    } else if (hp_every(p))
-        crawl__heap_profile_slow(p, n, (uintptr_t)caller);
+    crawl_heap_profile_on_alloc(p, n, (uintptr_t)caller);
     return p;
 }
 
 static inline __attribute__((always_inline)) void forget(void *p) { crawl_heap_profile_on_free(p); }
-
-static void forget_ours(void *p)
-{
-    if (__atomic_load_n(&crawl__hp.on, __ATOMIC_RELAXED))
-        crawl_heap_profile_free(p);
-}
 
 /* The common case, decided before glibc is called so that the call is a
  * tail call (no frame of the preload's own): as crawl__hook_kind says,
@@ -273,18 +191,10 @@ __attribute__((noinline)) static void *alloc_slow(size_t n, const void *caller)
         crawl__gpa_next = UINT32_MAX;    /* never sampled: the fast path from now on */
     else if (crawl_gpa_should_sample_inline())
         p = crawl__gpa_allocate_from(n, 0, &here);
-    /* the stacks start above alloc_slow: at malloc, new... */
-    if (hp_sample(n)) {
-        if (!p)
-            p = tagged_alloc(n, 0, 0);
-        if (p)
-            crawl__heap_profile_sampled_from(p, n, (uintptr_t)caller, &here);
-    } else {
-        if (!p)
-            p = real_malloc(n);
-        if (hp_every(p))
-            crawl__heap_profile_slow_from(p, n, (uintptr_t)caller, &here);
-    }
+    if (!p)
+        p = real_malloc(n);
+    if (crawl__heap_profile_wants(p, n))  /* the stack starts above alloc_slow: at malloc, new... */
+        crawl__heap_profile_slow_from(p, n, (uintptr_t)caller, &here);
     NO_TAIL(p);
     return p;
 }
@@ -313,7 +223,7 @@ __attribute__((noinline)) static void free_slow(void *p)
 {
     if (!p || from_boot(p))
         return;
-    forget_ours(p);
+    forget(p);
     if (__builtin_expect(crawl_gpa_owns_inline(p), 0)) {
         crawl_regs here;
         crawl_capture_regs(&here);
@@ -321,22 +231,18 @@ __attribute__((noinline)) static void free_slow(void *p)
         NO_TAIL(p);
         return;
     }
-    real_free(tagged(p) ? tag_base(p) : p);   /* (a resolver until glibc's is known) */
+    real_free(p);                        /* (a resolver until glibc's is known) */
 }
 
-/* glibc's free unless p is the pool's, a sample or a bootstrap block
- * (tagged), or, once the heap profile's free filter has held anything
- * (recording every allocation), the filter has it: each test branches off
- * to free_slow, so that glibc is reached without a taken branch (and
+/* glibc's free unless p is the pool's or the free filter has it (a chunk
+ * the heap profile holds, a bootstrap block): two tests, each branching
+ * off to free_slow, so that glibc is reached without a taken branch (and
  * without a frame). Expanded into free and each operator delete, so that a
  * free stack starts at the entry point the program called. */
 static inline __attribute__((always_inline)) void release(void *p)
 {
     if (__builtin_expect(crawl_gpa_owns_inline(p), 0) ||
-        __builtin_expect(__atomic_load_n(&crawl__hp_filtered, __ATOMIC_RELAXED) &&
-                             crawl__hp_filter_has(p),
-                         0) ||
-        (__builtin_expect(p != NULL, 1) && __builtin_expect(tagged(p), 0))) {
+        __builtin_expect(crawl__hp_filter_has(p), 0)) {
         free_slow(p);
         NO_TAIL(p);                      /* the entry point's frame stays: the stack starts there */
         return;
@@ -361,12 +267,11 @@ EXPORT void *calloc(size_t n, size_t size)
         }
     }
     void *p = sampled(total, 0);
-    int sample = hp_sample(total);
     if (p)
         memset(p, 0, total);
     else
-        p = sample ? tagged_alloc(total, 0, 1) : real_calloc(n, size);
-    return noted(p, total, sample, __builtin_return_address(0));
+        p = real_calloc(n, size);
+    return recorded(p, total, __builtin_return_address(0));
 }
 
 EXPORT size_t malloc_usable_size(void *p)
@@ -377,9 +282,7 @@ EXPORT size_t malloc_usable_size(void *p)
         return crawl_gpa_size(p);
     if (!ready)
         resolve();
-    if (!ready)
-        return 0;
-    return tagged(p) ? tagged_usable(p) : real_usable(p);
+    return ready ? real_usable(p) : 0;
 }
 
 EXPORT void *realloc(void *p, size_t n)
@@ -387,13 +290,11 @@ EXPORT void *realloc(void *p, size_t n)
     const void *caller = __builtin_return_address(0);
     if (!p)
         return ALLOC(n, caller);
-    if (from_boot(p) || crawl_gpa_owns_inline(p) || tagged(p)) {
+    if (from_boot(p) || crawl_gpa_owns_inline(p)) {
         /* move it: into a new allocation (which may be sampled again) */
         /* (a bootstrap block's size is not kept: copy no further than
          * the arena's end) */
-        size_t old = from_boot(p)                ? (size_t)(boot + sizeof boot - (char *)p)
-                     : crawl_gpa_owns_inline(p) ? crawl_gpa_size(p)
-                                                : tagged_usable(p);
+        size_t old = from_boot(p) ? (size_t)(boot + sizeof boot - (char *)p) : crawl_gpa_size(p);
         if (n == 0) {
             free(p);
             return NULL;
@@ -402,30 +303,18 @@ EXPORT void *realloc(void *p, size_t n)
         if (q)
             memcpy(q, p, old < n ? old : n);
         if (q && !from_boot(p)) {
-            forget_ours(p);
-            if (crawl_gpa_owns_inline(p))
-                crawl_gpa_deallocate(p);
-            else
-                real_free(tag_base(p));
+            forget(p);
+            crawl_gpa_deallocate(p);
         }
         return q;
     }
     if (!ready)
         resolve();
-    int sample = n && hp_sample(n);
     forget(p);
-    void *q;
-    if (sample) {                        /* a sample moves into a chunk of its own */
-        size_t old = real_usable(p);
-        if ((q = tagged_alloc(n, 0, 0)) != NULL) {
-            memcpy(q, p, old < n ? old : n);
-            real_free(p);
-        }
-    } else
-        q = real_realloc(p, n);
+    void *q = real_realloc(p, n);
     if (!q && n)                         /* p stays: record it again, at its own size */
-        return noted(p, real_usable(p), 0, caller), NULL;
-    return noted(q, n, sample, caller);
+        return recorded(p, real_usable(p), caller), NULL;
+    return recorded(q, n, caller);
 }
 
 static inline __attribute__((always_inline)) void *aligned(size_t alignment, size_t n,
@@ -437,10 +326,7 @@ static inline __attribute__((always_inline)) void *aligned(size_t alignment, siz
             return NULL;
     }
     void *p = sampled(n, alignment);
-    int sample = hp_sample(n);
-    if (!p)
-        p = sample ? tagged_alloc(n, alignment, 0) : real_memalign(alignment, n);
-    return noted(p, n, sample, caller);
+    return recorded(p ? p : real_memalign(alignment, n), n, caller);
 }
 
 EXPORT void *memalign(size_t alignment, size_t n)

@@ -93,6 +93,7 @@ static inline void shard_unlock(atomic_int *l)
  * of one hash), and change under that shard's lock only. A free reads its
  * pointer's bit after the store its allocation made, in program order (or
  * after the program's own hand-over between threads). */
+#define SLOT_SHARD(slot) ((slot) >> (14 - HP_SHARD_BITS))
 /* a bits word (64 slots) must lie inside one shard */
 _Static_assert(HP_SHARD_BITS <= 14 - 6, "a filter word would span shards");
 
@@ -114,21 +115,13 @@ static void filter_add(uintptr_t ptr, int delta)   /* under ptr's shard lock */
     filter_set(slot, (unsigned char)(v + delta));
 }
 
-/* A recorded entry's part in the filter: none for one recorded unfiltered
- * (libcrawl-preload.so's samples, which its free tells apart by their
- * chunk's header; the pool's, by address). The first entry the filter
- * holds sets crawl__hp_filtered, for good: the preload's free tests the
- * filter from then on. It is set before the entry's bit, so that a free
- * that sees the bit sees it too (both before the allocation returns). */
-CRAWL_API int crawl__hp_filtered;
-
-static void filter_entry(const hp_entry *e, int delta)   /* under its shard lock */
+void crawl__hp_filter_stick(const void *p)
 {
-    if (e->flags & HP_UNFILTERED)
-        return;
-    if (delta > 0 && !__atomic_load_n(&crawl__hp_filtered, __ATOMIC_RELAXED))
-        __atomic_store_n(&crawl__hp_filtered, 1, __ATOMIC_RELAXED);
-    filter_add(e->ptr, delta);
+    unsigned slot = crawl__hp_filter_slot(p);
+    shard *s = &shards[SLOT_SHARD(slot)];
+    shard_lock(&s->lock);
+    filter_set(slot, 255);
+    shard_unlock(&s->lock);
 }
 
 /* The first table of a shard: 16 entries (512 bytes), all 64 of them in
@@ -205,8 +198,6 @@ static int insert(const hp_entry *e)
         uintptr_t p = s->t[j].ptr;
         if (p == e->ptr) {               /* recorded twice (a free we did not see): replace */
             s->live_bytes -= s->t[j].size;
-            filter_entry(&s->t[j], -1);
-            filter_entry(e, 1);
             s->t[j] = *e;
             s->live_bytes += e->size;
             shard_unlock(&s->lock);
@@ -224,7 +215,7 @@ static int insert(const hp_entry *e)
     if (grow)
         for (j = home_of(h, s->cap); s->t[j].ptr; j = (j + 1) & (s->cap - 1))
             ;
-    filter_entry(e, 1);
+    filter_add(e->ptr, 1);
     s->t[j] = *e;
     s->live++;
     s->live_bytes += e->size;
@@ -268,7 +259,7 @@ static void erase(uintptr_t ptr)
             if (p == 0)
                 break;
             if (p == ptr) {
-                filter_entry(&s->t[j], -1);
+                filter_add(ptr, -1);
                 s->live--;
                 s->live_bytes -= s->t[j].size;
                 remove_at(s, j);
@@ -323,13 +314,13 @@ static inline void insert_prefetch(uintptr_t ptr)
 
 /* Record p with a stack from `from` (the hook's caller's frame). */
 static void record(const void *p, size_t size, uintptr_t caller, const crawl_regs *from,
-                   int sample, uint32_t flags)
+                   int sample)
 {
     int was_errno = errno;               /* a hook leaves errno as the allocator set it */
     int was = hp_inside_enter();
     const san_options *o = san_opts();
     hp_entry e = {.ptr = (uintptr_t)p, .size = size, .caller = caller,
-                  .flags = flags | (sample ? HP_SAMPLED : 0)};
+                  .flags = sample ? HP_SAMPLED : 0};
     if (sample)
         insert_prefetch(e.ptr);
     if (sample || size >= o->heap_stack_min_size)
@@ -361,7 +352,7 @@ void crawl__heap_profile_slow_from(const void *p, size_t size, uintptr_t caller,
     int sample = crawl__hp.sampled;
     if (sample && !take_sample())
         return;
-    record(p, size, caller, from, sample, 0);
+    record(p, size, caller, from, sample);
 }
 
 void crawl__heap_profile_slow(const void *p, size_t size, uintptr_t caller)
@@ -369,25 +360,6 @@ void crawl__heap_profile_slow(const void *p, size_t size, uintptr_t caller)
     crawl_regs here;
     crawl_capture_regs(&here);
     crawl__heap_profile_slow_from(p, size, caller, &here);
-    CRAWL__NO_TAIL(size);
-}
-
-int crawl__heap_profile_take(void)
-{
-    return !inside && !crawl__busy && take_sample();
-}
-
-void crawl__heap_profile_sampled_from(const void *p, size_t size, uintptr_t caller,
-                                      const crawl_regs *from)
-{
-    record(p, size, caller, from, 1, HP_UNFILTERED);
-}
-
-void crawl__heap_profile_sampled(const void *p, size_t size, uintptr_t caller)
-{
-    crawl_regs here;
-    crawl_capture_regs(&here);
-    record(p, size, caller, &here, 1, HP_UNFILTERED);
     CRAWL__NO_TAIL(size);
 }
 
@@ -402,7 +374,7 @@ void crawl_heap_profile_alloc(const void *p, size_t size, uintptr_t caller)
         return;
     crawl_regs here;
     crawl_capture_regs(&here);
-    record(p, size, caller, &here, sample, 0);
+    record(p, size, caller, &here, sample);
     CRAWL__NO_TAIL(size);
 }
 

@@ -11,7 +11,6 @@
 #define HP_SHARDS (1 << HP_SHARD_BITS)
 #define HP_SAMPLED 1u                   /* flags: a byte sample (scale it) */
 #define HP_MMAP 2u                      /* flags: a mapped region (heap_mmap.c), weight 1 */
-#define HP_UNFILTERED 4u                /* flags: not in the free filter (its allocator knows it) */
 
 typedef struct hp_entry {
     uintptr_t ptr;

@@ -70,22 +70,8 @@ CRAWL_API extern __thread long crawl__hp_countdown __attribute__((tls_model("ini
 enum { CRAWL__HOOK_GPA, CRAWL__HOOK_PLAIN, CRAWL__HOOK_SAMPLED, CRAWL__HOOK_BOTH, CRAWL__HOOK_SLOW };
 CRAWL_API extern int crawl__hook_kind;
 CRAWL_API void crawl__heap_profile_slow(const void *p, size_t size, uintptr_t caller);
-/* 1 once the free filter has held an entry (it stays 1): until then,
- * libcrawl-preload.so's free need not test the filter. Its sampled
- * allocations never go in: its free tells them apart itself. */
-CRAWL_API extern int crawl__hp_filtered;
-/* libcrawl-preload.so's sampling, decided before it allocates: with the
- * thread's byte countdown run out, 1 if this allocation is a sample (and
- * the countdown is started again), 0 while crawl itself allocates. The
- * sample is then recorded with crawl__heap_profile_sampled (the stack
- * starting at its caller) or _sampled_from (at the caller of the frame
- * whose registers are *from), outside the free filter: only the free of
- * the allocator that made it (which knows its own samples) takes it out,
- * with crawl_heap_profile_free. */
-CRAWL_API int crawl__heap_profile_take(void);
-CRAWL_API void crawl__heap_profile_sampled(const void *p, size_t size, uintptr_t caller);
-CRAWL_API void crawl__heap_profile_sampled_from(const void *p, size_t size, uintptr_t caller,
-                                                const crawl_regs *from);
+/* Put p in the free filter for good (a count stuck at 255). */
+CRAWL_API void crawl__hp_filter_stick(const void *p);
 /* The same, the stack starting at the caller of the frame whose registers
  * are *from (an allocator whose slow path is a function of its own). */
 CRAWL_API void crawl__heap_profile_slow_from(const void *p, size_t size, uintptr_t caller,
