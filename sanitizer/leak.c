@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/single_threaded.h>
 #include <sys/uio.h>
 #include <unistd.h>
 
@@ -291,6 +292,20 @@ static void propagate(scan *s, int to)
     }
 }
 
+/* The modules' static data comes from dl_iterate_phdr, except in the
+ * child of a fork made while other threads ran: glibc's fork does not
+ * release the loader's lock dl_iterate_phdr takes, and if one of those
+ * threads held it (a C++ throw unwinding, a profiler, a check like this
+ * one), every call in the child waits for ever -- the check at exit
+ * hung such a child. There the file mappings' writable pages
+ * (/proc/self/maps) stand in for the writable segments (their .bss
+ * beyond the file is an anonymous mapping, scanned as such). Set in the
+ * child, for good: the lock stays as the fork left it, and so it does in
+ * that child's own children. */
+static int threads_at_fork, loader_lock_suspect;
+
+void san_leak_fork_prepare(void) { threads_at_fork = !__libc_single_threaded; }
+
 /* Writable PT_LOAD segments of every module: static data, .bss, GOTs. */
 static int scan_module(struct dl_phdr_info *info, size_t size, void *arg)
 {
@@ -314,7 +329,8 @@ static int scan_module(struct dl_phdr_info *info, size_t size, void *arg)
  * memory a program's own allocator got from mmap (Python's object arenas,
  * Lua's) holds pointers to malloc'ed chunks. */
 typedef struct maps {
-    uintptr_t (*r)[3];                  /* lo, hi, 1 anonymous and writable, 2 [heap] */
+    uintptr_t (*r)[3];                  /* lo, hi, 1 anonymous and writable, 2 [heap],
+                                           3 a file's writable pages, 4 libc's */
     size_t n;
     uintptr_t *guard_hi;                /* ends of anonymous mappings with no access ---p */
     size_t nguard;
@@ -328,6 +344,7 @@ static void read_maps(maps *m)
     if (!f)
         return;
     size_t cap = 0, gcap = 0;
+    unsigned long libc_inode = 0;
     char line[512];
     while (fgets(line, sizeof line, f)) {
         unsigned long lo, hi, off, inode;
@@ -350,7 +367,10 @@ static void read_maps(maps *m)
         if (perms[0] != 'r')
             continue;
         const char *path = pathat ? line + pathat : "";
-        int anon = inode != 0 || perms[1] != 'w'       ? 0
+        if (glibc.libc_bias && lo == glibc.libc_bias && off == 0)
+            libc_inode = inode;          /* (libc's first mapping: its others follow) */
+        int anon = inode != 0 && perms[1] == 'w'       ? (inode == libc_inode ? 4 : 3)
+                   : inode != 0 || perms[1] != 'w'     ? 0
                    : strncmp(path, "[heap]", 6) == 0 ? 2
                    : path[0] == '\n' || path[0] == '\0' || strncmp(path, "[stack", 6) == 0 ||
                            strncmp(path, "[anon", 5) == 0
@@ -728,9 +748,17 @@ static __attribute__((noinline)) void scan_roots(scan *s)
     free(l.tid);
     free(l.stack);
     free(l.memo);
+    if (loader_lock_suspect) {
+        for (size_t i = 0; i < m.n; i++)
+            if (m.r[i][2] >= 3) {
+                s->in_libc = m.r[i][2] == 4;
+                scan_range(s, m.r[i][0], m.r[i][1], REACHABLE);
+            }
+        s->in_libc = 0;
+    } else
+        dl_iterate_phdr(scan_module, s);
     free(m.r);
     free(m.guard_hi);
-    dl_iterate_phdr(scan_module, s);
 }
 
 /* ---- the report --------------------------------------------------------------------------- */
@@ -810,7 +838,12 @@ static long check(int fd);
 static pthread_mutex_t check_lock = PTHREAD_MUTEX_INITIALIZER;
 
 /* (the check that held it ran in another of the parent's threads) */
-void san_leak_fork_child(void) { pthread_mutex_init(&check_lock, NULL); }
+void san_leak_fork_child(void)
+{
+    pthread_mutex_init(&check_lock, NULL);
+    if (threads_at_fork)
+        loader_lock_suspect = 1;
+}
 
 long crawl_leak_check(int fd)
 {

@@ -728,10 +728,10 @@ static void test_concurrent_checks_hide_no_leak(void **state)
 /* A fork while another thread checks: the child must not inherit the
  * check's snapshot (every chunk's address, in a mapping the child's own
  * check scans as anonymous memory: children reported 0 of 640); crawl maps
- * it MADV_WIPEONFORK. A child forked while the check thread was inside
- * dl_iterate_phdr cannot take the loader's lock (glibc's fork leaves it
- * held; a child of a threaded process may call only async-signal-safe
- * functions): such a child dies of its alarm and is not counted. */
+ * it MADV_WIPEONFORK. Nor may it hang: a child forked while the check
+ * thread was inside dl_iterate_phdr waited for ever for the loader's lock
+ * (glibc's fork leaves it held), 0 to 4 children of 16 a run; such a
+ * child's check takes the modules' data from /proc/self/maps. */
 static atomic_int checking_loop;
 
 static void *check_loop(void *arg)
@@ -775,9 +775,10 @@ static void test_fork_during_check(void **state)
     assert_int_equal(pthread_join(t, NULL), 0);
     fclose(f);
     free_spread();
-    printf("children: %d reported every leak, %d fewer, %d stuck in the loader\n", good, bad, stuck);
+    printf("children: %d reported every leak, %d fewer, %d stuck\n", good, bad, stuck);
     assert_int_equal(bad, 0);
-    assert_true(good >= 4);
+    assert_int_equal(stuck, 0);          /* (a child forked while the loop was in
+                                            dl_iterate_phdr waited there for ever) */
 }
 
 /* A thread cancelled while it checks: the check runs to its end (it used
