@@ -153,6 +153,14 @@ static inline int crawl__munmap(void *addr, size_t len)
  * holds, so an allocator hook (the guarded pool behind LD_PRELOAD) can
  * refuse to re-enter crawl from a malloc crawl itself made. */
 extern __thread int crawl__busy __attribute__((tls_model("initial-exec")));
+
+/* 1 in the child of a fork made while other threads ran (and in its own
+ * children): glibc's fork leaves the loader's lock, which dl_iterate_phdr
+ * takes, as it found it, so if one of those threads was inside, every
+ * call in the child waits for ever. Code on the leak check's and the
+ * outputs' paths does without dl_iterate_phdr then. Set by an atfork
+ * handler registered when libcrawl loads. */
+extern int crawl__loader_lock_suspect;
 static inline void crawl__lock(pthread_mutex_t *m)
 {
     pthread_mutex_lock(m);

@@ -4,6 +4,7 @@
 #include <signal.h>
 #include <stdatomic.h>
 #include <string.h>
+#include <sys/single_threaded.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -123,6 +124,22 @@ static void after_fork_child(void)
         registry_head = self;
         self->tid = (pid_t)syscall(SYS_gettid);
     }
+}
+
+int crawl__loader_lock_suspect;
+static int threads_at_fork;
+
+static void loader_fork_prepare(void) { threads_at_fork = !__libc_single_threaded; }
+static void loader_fork_child(void)
+{
+    if (threads_at_fork)
+        crawl__loader_lock_suspect = 1;  /* for good: the lock stays as the fork left it */
+}
+
+/* (at load, not at first use: a program may fork before it calls crawl) */
+__attribute__((constructor)) static void watch_forks(void)
+{
+    pthread_atfork(loader_fork_prepare, NULL, loader_fork_child);
 }
 
 static void make_exit_key(void)

@@ -92,7 +92,6 @@ void san_gpa_fork(int lock);
 void san_gpa_meta(uintptr_t *lo, uintptr_t *hi);
 void san_hp_fork(int lock);
 void san_hp_fork_child(void);
-void san_leak_fork_prepare(void);
 void san_leak_fork_child(void);
 
 #endif

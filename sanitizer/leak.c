@@ -11,8 +11,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/auxv.h>
 #include <sys/mman.h>
-#include <sys/single_threaded.h>
 #include <sys/uio.h>
 #include <unistd.h>
 
@@ -292,19 +292,13 @@ static void propagate(scan *s, int to)
     }
 }
 
-/* The modules' static data comes from dl_iterate_phdr, except in the
- * child of a fork made while other threads ran: glibc's fork does not
- * release the loader's lock dl_iterate_phdr takes, and if one of those
- * threads held it (a C++ throw unwinding, a profiler, a check like this
- * one), every call in the child waits for ever -- the check at exit
- * hung such a child. There the file mappings' writable pages
- * (/proc/self/maps) stand in for the writable segments (their .bss
- * beyond the file is an anonymous mapping, scanned as such). Set in the
- * child, for good: the lock stays as the fork left it, and so it does in
- * that child's own children. */
-static int threads_at_fork, loader_lock_suspect;
-
-void san_leak_fork_prepare(void) { threads_at_fork = !__libc_single_threaded; }
+/* The modules' static data comes from dl_iterate_phdr, except where
+ * crawl__loader_lock_suspect (a child of a fork made while other threads
+ * ran, whose loader lock may be held for ever: the check at exit hung
+ * such a child): there the writable file mappings of the modules' files
+ * (/proc/self/maps) stand in for their writable segments (the .bss beyond
+ * the file is an anonymous mapping, scanned as such), read without
+ * faulting (another thread of the child may unmap them meanwhile). */
 
 /* Writable PT_LOAD segments of every module: static data, .bss, GOTs. */
 static int scan_module(struct dl_phdr_info *info, size_t size, void *arg)
@@ -330,11 +324,37 @@ static int scan_module(struct dl_phdr_info *info, size_t size, void *arg)
  * Lua's) holds pointers to malloc'ed chunks. */
 typedef struct maps {
     uintptr_t (*r)[3];                  /* lo, hi, 1 anonymous and writable, 2 [heap],
-                                           3 a file's writable pages, 4 libc's */
+                                           3 a module's writable file pages, 4 libc's
+                                           (3 and 4 only where crawl__loader_lock_suspect) */
     size_t n;
     uintptr_t *guard_hi;                /* ends of anonymous mappings with no access ---p */
     size_t nguard;
 } maps;
+
+/* Where each loaded module's first mapping (its ELF header) starts: the
+ * load address of each object on the loader's list, read without its lock
+ * (only where that lock may be held for ever: a fork child, where no other
+ * thread of the parent changes the list), and the program's from its
+ * program headers. Up to cap of them. */
+static size_t module_starts(uintptr_t *out, size_t cap)
+{
+    size_t n = 0;
+    uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE), phdr = getauxval(AT_PHDR);
+    if (phdr && n < cap)
+        out[n++] = phdr & ~(page - 1);
+    for (const struct link_map *l = _r_debug.r_map; l && n < cap; l = l->l_next)
+        if (l->l_addr)
+            out[n++] = l->l_addr;
+    return n;
+}
+
+typedef struct module_file {
+    char dev[16];
+    unsigned long inode;
+    int libc;
+} module_file;
+
+enum { MODULES_MAX = 1024 };
 
 static void read_maps(maps *m)
 {
@@ -343,8 +363,16 @@ static void read_maps(maps *m)
     FILE *f = fopen("/proc/self/maps", "re");
     if (!f)
         return;
-    size_t cap = 0, gcap = 0;
-    unsigned long libc_inode = 0;
+    size_t cap = 0, gcap = 0, nstarts = 0, nfiles = 0;
+    /* the modules' files, by their first mapping (only for the fallback) */
+    uintptr_t *starts = NULL;
+    module_file *files = NULL;
+    if (crawl__loader_lock_suspect) {
+        starts = malloc(MODULES_MAX * sizeof *starts);
+        files = malloc(MODULES_MAX * sizeof *files);
+        if (starts && files)
+            nstarts = module_starts(starts, MODULES_MAX);
+    }
     char line[512];
     while (fgets(line, sizeof line, f)) {
         unsigned long lo, hi, off, inode;
@@ -367,9 +395,19 @@ static void read_maps(maps *m)
         if (perms[0] != 'r')
             continue;
         const char *path = pathat ? line + pathat : "";
-        if (glibc.libc_bias && lo == glibc.libc_bias && off == 0)
-            libc_inode = inode;          /* (libc's first mapping: its others follow) */
-        int anon = inode != 0 && perms[1] == 'w'       ? (inode == libc_inode ? 4 : 3)
+        for (size_t i = 0; off == 0 && inode != 0 && i < nstarts && nfiles < MODULES_MAX; i++)
+            if (starts[i] == lo) {       /* (a module's first mapping: its others follow) */
+                module_file *mf = &files[nfiles++];
+                memcpy(mf->dev, dev, sizeof mf->dev);
+                mf->inode = inode;
+                mf->libc = glibc.libc_bias && lo == glibc.libc_bias;
+                break;
+            }
+        int module = 0;                  /* 3 a module's writable pages, 4 libc's */
+        for (size_t i = 0; inode != 0 && perms[1] == 'w' && i < nfiles && !module; i++)
+            if (files[i].inode == inode && strcmp(files[i].dev, dev) == 0)
+                module = files[i].libc ? 4 : 3;
+        int anon = module                              ? module
                    : inode != 0 || perms[1] != 'w'     ? 0
                    : strncmp(path, "[heap]", 6) == 0 ? 2
                    : path[0] == '\n' || path[0] == '\0' || strncmp(path, "[stack", 6) == 0 ||
@@ -387,6 +425,8 @@ static void read_maps(maps *m)
         m->n++;
     }
     fclose(f);
+    free(starts);
+    free(files);
 }
 
 /* Anonymous writable mappings, except malloc's heaps: the brk heap, and
@@ -744,18 +784,19 @@ static __attribute__((noinline)) void scan_roots(scan *s)
         if (!stack_dead(&dead[i], tid_off, live, nlive))
             scan_range(s, dead[i].lo, dead[i].pd, REACHABLE);
     free(live);
-    s->vanishing = 0;
-    free(l.tid);
-    free(l.stack);
-    free(l.memo);
-    if (loader_lock_suspect) {
+    if (crawl__loader_lock_suspect) {
         for (size_t i = 0; i < m.n; i++)
             if (m.r[i][2] >= 3) {
                 s->in_libc = m.r[i][2] == 4;
                 scan_range(s, m.r[i][0], m.r[i][1], REACHABLE);
             }
         s->in_libc = 0;
-    } else
+    }
+    s->vanishing = 0;
+    free(l.tid);
+    free(l.stack);
+    free(l.memo);
+    if (!crawl__loader_lock_suspect)
         dl_iterate_phdr(scan_module, s);
     free(m.r);
     free(m.guard_hi);
@@ -838,12 +879,7 @@ static long check(int fd);
 static pthread_mutex_t check_lock = PTHREAD_MUTEX_INITIALIZER;
 
 /* (the check that held it ran in another of the parent's threads) */
-void san_leak_fork_child(void)
-{
-    pthread_mutex_init(&check_lock, NULL);
-    if (threads_at_fork)
-        loader_lock_suspect = 1;
-}
+void san_leak_fork_child(void) { pthread_mutex_init(&check_lock, NULL); }
 
 long crawl_leak_check(int fd)
 {

@@ -245,7 +245,6 @@ void san_options_fork(int lock)
 
 static void fork_prepare(void)
 {
-    san_leak_fork_prepare();
     san_options_fork(1);
     san_report_fork(1);
     san_heap_fork(1);

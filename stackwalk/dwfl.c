@@ -18,9 +18,23 @@
 static pthread_mutex_t dwfl_lock = PTHREAD_MUTEX_INITIALIZER;
 static Dwfl *session;
 static char *debuginfo_path;
+/* libdwfl's standard search loads its debuginfod client with dlopen the
+ * first time it runs, and dlopen waits for ever for the loader's lock in
+ * a fork child that inherited it held (crawl__loader_lock_suspect): there
+ * a module's symbols come from its own file only. */
+static int find_debuginfo(Dwfl_Module *mod, void **userdata, const char *modname,
+                          Dwarf_Addr base, const char *file_name, const char *debuglink_file,
+                          GElf_Word debuglink_crc, char **debuginfo_file_name)
+{
+    if (__atomic_load_n(&crawl__loader_lock_suspect, __ATOMIC_RELAXED))
+        return -1;
+    return dwfl_standard_find_debuginfo(mod, userdata, modname, base, file_name,
+                                        debuglink_file, debuglink_crc, debuginfo_file_name);
+}
+
 static const Dwfl_Callbacks callbacks = {
     .find_elf = dwfl_linux_proc_find_elf,
-    .find_debuginfo = dwfl_standard_find_debuginfo,
+    .find_debuginfo = find_debuginfo,
     .debuginfo_path = &debuginfo_path,
 };
 

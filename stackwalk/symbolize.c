@@ -86,7 +86,10 @@ static demangle_fn *find_demangler(int first)
     if (d)
         return d;
     cxx_runtime r = {0, 0};
-    dl_iterate_phdr(find_cxx_runtime, &r);
+    if (crawl__loader_lock_suspect)
+        r.found = 1, r.adds = ~0ull - 1; /* dlsym alone, once (its lock, glibc's fork resets) */
+    else
+        dl_iterate_phdr(find_cxx_runtime, &r);
     if ((!first && !r.found) || atomic_exchange(&demangler_tried_at, r.adds + 1) == r.adds + 1)
         return NULL;                     /* none to find, or nothing loaded since the last try */
     d = (demangle_fn *)dlsym(RTLD_DEFAULT, "__cxa_demangle");

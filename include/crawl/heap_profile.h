@@ -276,9 +276,10 @@ CRAWL_API crawl_heap_format crawl_heap_format_for(const char *path);
  * written outside that turn); profiles written meanwhile copy no
  * addresses; a child of a fork made while a check runs does not inherit
  * its state (mapped MADV_WIPEONFORK), and in a child of a fork made while
- * other threads ran, the modules' static data is read from the writable
- * file mappings in /proc/self/maps, not dl_iterate_phdr (whose lock glibc
- * leaves as the fork found it: held, if another thread was inside).
+ * other threads ran, the modules' static data is read from their files'
+ * writable mappings in /proc/self/maps, not dl_iterate_phdr (whose lock
+ * glibc leaves as the fork found it: held, if another thread was inside),
+ * and the report's symbols come without separate debug info.
  * Cancellation is held off while it runs. Allocates; not async-signal-safe; thread-safe. */
 CRAWL_API long crawl_leak_check(int fd);
 
