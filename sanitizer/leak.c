@@ -11,7 +11,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/auxv.h>
 #include <sys/mman.h>
 #include <sys/uio.h>
 #include <unistd.h>
@@ -331,26 +330,34 @@ typedef struct maps {
     size_t nguard;
 } maps;
 
-/* Where each loaded module's first mapping (its ELF header) starts: the
- * load address of each object on the loader's list, read without its lock
- * (only where that lock may be held for ever: a fork child, where no other
- * thread of the parent changes the list), and the program's from its
- * program headers. Up to cap of them. */
-static size_t module_starts(uintptr_t *out, size_t cap)
+/* Each loaded module's dynamic section (an absolute address, whatever the
+ * module's base: PIE or not, linked at 0 or elsewhere), and whether it is
+ * libc, from the loader's list, read without its lock (only where that
+ * lock may be held for ever: a fork child). Up to cap of them. */
+typedef struct module_at {
+    uintptr_t dyn;
+    int libc;
+} module_at;
+
+static size_t module_dynamics(module_at *out, size_t cap)
 {
     size_t n = 0;
-    uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE), phdr = getauxval(AT_PHDR);
-    if (phdr && n < cap)
-        out[n++] = phdr & ~(page - 1);
     for (const struct link_map *l = _r_debug.r_map; l && n < cap; l = l->l_next)
-        if (l->l_addr)
-            out[n++] = l->l_addr;
+        if (l->l_ld) {
+            out[n].dyn = (uintptr_t)l->l_ld;
+            out[n++].libc = glibc.libc_bias && l->l_addr == glibc.libc_bias;
+        }
     return n;
 }
 
+/* A module's file mappings, as /proc/self/maps lists them: the one that
+ * holds its dynamic section and those right after it of the same file
+ * (RELRO, then data); the writable ones are its static data. (Not any
+ * other mapping of the file: libdwfl maps whole ELF files writable.) */
 typedef struct module_file {
     char dev[16];
     unsigned long inode;
+    uintptr_t end;                      /* where its last mapping so far ends */
     int libc;
 } module_file;
 
@@ -363,15 +370,15 @@ static void read_maps(maps *m)
     FILE *f = fopen("/proc/self/maps", "re");
     if (!f)
         return;
-    size_t cap = 0, gcap = 0, nstarts = 0, nfiles = 0;
-    /* the modules' files, by their first mapping (only for the fallback) */
-    uintptr_t *starts = NULL;
+    size_t cap = 0, gcap = 0, nmods = 0, nfiles = 0;
+    /* the modules' files (only for the fallback) */
+    module_at *mods = NULL;
     module_file *files = NULL;
     if (crawl__loader_lock_suspect) {
-        starts = malloc(MODULES_MAX * sizeof *starts);
+        mods = malloc(MODULES_MAX * sizeof *mods);
         files = malloc(MODULES_MAX * sizeof *files);
-        if (starts && files)
-            nstarts = module_starts(starts, MODULES_MAX);
+        if (mods && files)
+            nmods = module_dynamics(mods, MODULES_MAX);
     }
     char line[512];
     while (fgets(line, sizeof line, f)) {
@@ -395,18 +402,23 @@ static void read_maps(maps *m)
         if (perms[0] != 'r')
             continue;
         const char *path = pathat ? line + pathat : "";
-        for (size_t i = 0; off == 0 && inode != 0 && i < nstarts && nfiles < MODULES_MAX; i++)
-            if (starts[i] == lo) {       /* (a module's first mapping: its others follow) */
+        int module = 0;                  /* 3 a module's writable pages, 4 libc's */
+        for (size_t i = 0; inode != 0 && i < nfiles && !module; i++)
+            if (files[i].end == lo && files[i].inode == inode && strcmp(files[i].dev, dev) == 0) {
+                files[i].end = hi;
+                module = files[i].libc ? 4 : 3;
+            }
+        for (size_t i = 0; inode != 0 && !module && i < nmods && nfiles < MODULES_MAX; i++)
+            if (mods[i].dyn >= lo && mods[i].dyn < hi) {
                 module_file *mf = &files[nfiles++];
                 memcpy(mf->dev, dev, sizeof mf->dev);
                 mf->inode = inode;
-                mf->libc = glibc.libc_bias && lo == glibc.libc_bias;
-                break;
+                mf->end = hi;
+                mf->libc = mods[i].libc;
+                module = mf->libc ? 4 : 3;
             }
-        int module = 0;                  /* 3 a module's writable pages, 4 libc's */
-        for (size_t i = 0; inode != 0 && perms[1] == 'w' && i < nfiles && !module; i++)
-            if (files[i].inode == inode && strcmp(files[i].dev, dev) == 0)
-                module = files[i].libc ? 4 : 3;
+        if (perms[1] != 'w')
+            module = 0;
         int anon = module                              ? module
                    : inode != 0 || perms[1] != 'w'     ? 0
                    : strncmp(path, "[heap]", 6) == 0 ? 2
@@ -425,7 +437,7 @@ static void read_maps(maps *m)
         m->n++;
     }
     fclose(f);
-    free(starts);
+    free(mods);
     free(files);
 }
 

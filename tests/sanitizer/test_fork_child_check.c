@@ -6,7 +6,9 @@
  * registered on first use); the report's demangler lookup (a C++ name in
  * a stack, no C++ runtime loaded); and, in the fallback that reads the
  * modules' data from /proc/self/maps, a writable file mapping longer than
- * its file (SIGBUS past the end). Nothing of crawl runs before the fork. */
+ * its file (SIGBUS past the end), and a chunk held by a global of a
+ * library linked at a base other than 0 (its data went unscanned: a
+ * false leak). Nothing of crawl runs before the fork. */
 #define _GNU_SOURCE
 #include <link.h>
 #include <pthread.h>
@@ -43,6 +45,20 @@ static void *holder(void *arg)
     return NULL;
 }
 
+void fork_child_keep(void *p);           /* fork_child_base.c, linked at 0x200000 */
+static void *volatile program_kept;
+
+/* a chunk held by the library's global, one by the program's */
+__attribute__((noinline)) static void keep_two(void)
+{
+    void *p = malloc(91);
+    crawl_heap_profile_alloc(p, 91, 0);
+    fork_child_keep(p);
+    p = malloc(93);
+    crawl_heap_profile_alloc(p, 93, 0);
+    program_kept = p;
+}
+
 /* a C++ name, from C: the report asks for a demangler */
 __attribute__((noinline)) void leak_mangled(void) __asm__("_Z12leak_mangledv");
 __attribute__((noinline)) void leak_mangled(void)
@@ -63,7 +79,9 @@ __attribute__((noinline)) static void scrub(void)
 static int child(void)
 {
     alarm(20);                           /* a hang ends as SIGALRM */
-    char path[] = "/tmp/crawl-fork-child-XXXXXX";
+    const char *tmp = getenv("TMPDIR");
+    char path[4096];
+    snprintf(path, sizeof path, "%s/crawl-fork-child-XXXXXX", tmp && *tmp ? tmp : "/tmp");
     int fd = mkstemp(path);
     if (fd < 0)
         return 2;
@@ -75,6 +93,7 @@ static int child(void)
     if (m == MAP_FAILED || crawl_heap_profile_start() != 0)
         return 2;
     leak_mangled();
+    keep_two();
     scrub();
     FILE *f = tmpfile();
     if (!f)
