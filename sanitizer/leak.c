@@ -291,15 +291,13 @@ static void propagate(scan *s, int to)
     }
 }
 
-/* The modules' static data comes from dl_iterate_phdr, except where
- * crawl__loader_lock_suspect (a child of a fork made while other threads
- * ran, whose loader lock may be held for ever: the check at exit hung
- * such a child): there the writable file mappings of the modules' files
- * (/proc/self/maps) stand in for their writable segments (the .bss beyond
+/* Writable PT_LOAD segments of every module: static data, .bss, GOTs.
+ * Except where crawl__loader_lock_suspect (a child of a fork made while
+ * other threads ran, whose loader lock may be held for ever: the check at
+ * exit hung such a child): there the writable file mappings of the
+ * modules' files (read_maps) stand in for these segments (the .bss beyond
  * the file is an anonymous mapping, scanned as such), read without
  * faulting (another thread of the child may unmap them meanwhile). */
-
-/* Writable PT_LOAD segments of every module: static data, .bss, GOTs. */
 static int scan_module(struct dl_phdr_info *info, size_t size, void *arg)
 {
     (void)size;

@@ -198,10 +198,9 @@ static void test_outputs_leave_the_countdown(void **state)
     for (int i = 0; i < 400; i++)
         keep[i] = malloc(1000);          /* nearly all samples: more than qsort keeps on its stack */
     assert_true(live_objects() - base > 300);
-    char path[] = "/tmp/crawl-sampled-XXXXXX";
-    int fd = mkstemp(path);
-    assert_true(fd >= 0);
-    unlink(path);
+    FILE *out = tmpfile();
+    assert_non_null(out);
+    int fd = fileno(out);
     for (int i = 0; i < 3; i++) {
         long before = crawl__hp_countdown;
         crawl_heap_totals t;
@@ -211,7 +210,7 @@ static void test_outputs_leave_the_countdown(void **state)
         void *volatile p = malloc(1);    /* one byte: a sample one time in 128 */
         free(p);
     }
-    close(fd);
+    fclose(out);
     for (int i = 0; i < 400; i++)
         free(keep[i]);
     assert_int_equal(live_objects(), base);
@@ -260,14 +259,12 @@ static void test_leak_check_sees_samples(void **state)
     scrub();
     assert_int_equal(live_objects(), base + 33);
 
-    char path[] = "/tmp/crawl-sampled-XXXXXX";
-    int fd = mkstemp(path);
-    assert_true(fd >= 0);
-    unlink(path);
-    long n = crawl_leak_check(fd);
+    FILE *out = tmpfile();
+    assert_non_null(out);
+    long n = crawl_leak_check(fileno(out));
     static char report[1 << 16];
-    ssize_t got = pread(fd, report, sizeof report - 1, 0);
-    close(fd);
+    ssize_t got = pread(fileno(out), report, sizeof report - 1, 0);
+    fclose(out);
     assert_true(got > 0);
     report[got] = '\0';
     assert_int_equal(n, 32);

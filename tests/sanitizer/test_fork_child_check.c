@@ -79,15 +79,10 @@ __attribute__((noinline)) static void scrub(void)
 static int child(void)
 {
     alarm(20);                           /* a hang ends as SIGALRM */
-    const char *tmp = getenv("TMPDIR");
-    char path[4096];
-    snprintf(path, sizeof path, "%s/crawl-fork-child-XXXXXX", tmp && *tmp ? tmp : "/tmp");
-    int fd = mkstemp(path);
-    if (fd < 0)
+    FILE *file = tmpfile();
+    if (!file || fputc('x', file) == EOF || fflush(file) != 0)
         return 2;
-    unlink(path);
-    if (write(fd, "x", 1) != 1)
-        return 2;
+    int fd = fileno(file);
     /* 16 KiB writable over a 1-byte file: pages past the first raise SIGBUS */
     void *m = mmap(NULL, 16384, PROT_READ | PROT_WRITE, MAP_PRIVATE, fd, 0);
     if (m == MAP_FAILED || crawl_heap_profile_start() != 0)
