@@ -598,10 +598,15 @@ static void register_exit(void) { atexit(at_exit); }
 
 static void at_exit(void)
 {
+    crawl_regs regs;                     /* (the callee-saved ones are the callers') */
+    crawl_capture_regs(&regs);
+    /* this frame's own slots are no one's roots: one left unwritten held a
+     * stale copy of a leaked chunk's address */
+    uintptr_t above = (uintptr_t)__builtin_frame_address(0) + 2 * sizeof(void *);
     const san_options *o = san_opts();
     if (o->heap_profile_path[0])
         crawl_heap_profile_write(o->heap_profile_path);
-    if (o->leak_check && crawl_leak_check(-1) > 0 && o->leak_check_exitcode) {
+    if (o->leak_check && san_leak_check_at_exit(-1, above, &regs) > 0 && o->leak_check_exitcode) {
         fflush(NULL);
         _exit((int)o->leak_check_exitcode);
     }

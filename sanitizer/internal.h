@@ -93,5 +93,9 @@ void san_gpa_meta(uintptr_t *lo, uintptr_t *hi);
 void san_hp_fork(int lock);
 void san_hp_fork_child(void);
 void san_leak_fork_child(void);
+/* crawl_leak_check from crawl's exit handler: the calling thread's stack
+ * is scanned from stack_from (above the handler's own frame) up, and regs
+ * (the registers the handler found), instead of from the check's frame. */
+long san_leak_check_at_exit(int fd, uintptr_t stack_from, const crawl_regs *regs);
 
 #endif

@@ -70,6 +70,10 @@ typedef struct scan {
     size_t nskip;
     int vanishing;                      /* 1: ranges that may be unmapped under the scan */
     int in_libc;                        /* 1: scanning libc's own data (malloc's state) */
+    /* the check at exit: the calling thread's stack from here up and these
+     * registers, instead of from scan_own_stack's frame (0: that) */
+    uintptr_t stack_from;
+    const crawl_regs *regs;
 } scan;
 
 /* Sort the snapshot by address. Not with qsort: glibc's copies the array
@@ -743,7 +747,10 @@ static void scan_own_tls(scan *s, const maps *m)
 }
 
 /* The calling thread's stack from this frame (below every caller's, so
- * what scan_roots spilled is in) to its top. */
+ * what scan_roots spilled is in) to its top; at exit from above crawl's
+ * own exit handler, with the registers it found (its frame's alignment
+ * slot held a stale copy of a leaked chunk's address from the program's
+ * earlier calls, and hid that leak). */
 static __attribute__((noinline)) void scan_own_stack(scan *s)
 {
     crawl__thread *th = crawl__self();
@@ -751,9 +758,11 @@ static __attribute__((noinline)) void scan_own_stack(scan *s)
     uintptr_t lo;
     if (!hi && crawl__own_stack(&lo, &hi, NULL) != 0)
         hi = 0;
-    uintptr_t here = (uintptr_t)__builtin_frame_address(0);
+    uintptr_t here = s->stack_from ? s->stack_from : (uintptr_t)__builtin_frame_address(0);
     if (hi > here)
         scan_range(s, here, hi, REACHABLE);
+    if (s->regs)
+        scan_words_of(s, (const uintptr_t *)s->regs, sizeof *s->regs / sizeof(uintptr_t));
 }
 
 static __attribute__((noinline)) void scan_roots(scan *s)
@@ -876,7 +885,7 @@ static __attribute__((noinline)) void clear_stack_below(void)
     __asm__ volatile("" : : "r"(area) : "memory");
 }
 
-static long check(int fd);
+static long check(int fd, uintptr_t stack_from, const crawl_regs *regs);
 
 /* One scan at a time: each check's snapshot holds every chunk's address,
  * in memory another would scan as anonymous. Held from the snapshot to
@@ -891,20 +900,27 @@ static pthread_mutex_t check_lock = PTHREAD_MUTEX_INITIALIZER;
 /* (the check that held it ran in another of the parent's threads) */
 void san_leak_fork_child(void) { pthread_mutex_init(&check_lock, NULL); }
 
-long crawl_leak_check(int fd)
+static long check_from(int fd, uintptr_t stack_from, const crawl_regs *regs)
 {
     /* (not cancelled half way: the lock and the tables' freeze would stay) */
     int cancel;
     pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, &cancel);
     clear_stack_below();
-    long rc = check(fd);
+    long rc = check(fd, stack_from, regs);
     clear_stack_below();                 /* the check's frames: chunk addresses */
     pthread_setcancelstate(cancel, NULL);
     CRAWL__NO_TAIL(rc);
     return rc;
 }
 
-static __attribute__((noinline)) long check(int fd)
+long crawl_leak_check(int fd) { return check_from(fd, 0, NULL); }
+
+long san_leak_check_at_exit(int fd, uintptr_t stack_from, const crawl_regs *regs)
+{
+    return check_from(fd, stack_from, regs);
+}
+
+static __attribute__((noinline)) long check(int fd, uintptr_t stack_from, const crawl_regs *regs)
 {
     int was = hp_inside_enter();
     hp_snap snap;
@@ -927,6 +943,7 @@ static __attribute__((noinline)) long check(int fd)
     }
     hp_wipe_on_fork(sp, sizeof *sp);
     sp->e = snap.e, sp->n = snap.n;
+    sp->stack_from = stack_from, sp->regs = regs;
     sort_by_ptr(snap.e, snap.n);
     sp->mark = calloc(snap.n + 1, 1);
     sp->work = malloc((snap.n + 1) * sizeof *sp->work);
