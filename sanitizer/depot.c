@@ -29,16 +29,14 @@ typedef struct node {
 
 /* The depot's tables are mmap'ed on first use, not static: a collector that
  * scans loaded libraries' data (Boehm does) would otherwise scan megabytes
- * of depot pointers at every collection and size its heap by them. Huge
- * pages where the kernel allows: with many traces stored, a lookup is a
- * bucket miss and a node miss, and TLB misses on top of each cost a lot. */
+ * of depot pointers at every collection and size its heap by them. Small
+ * pages: a process that stores a few traces then holds a page of buckets
+ * per trace, not a 2 MiB huge page of them (hits with 100,000 traces
+ * stored measured the same either way; bench/depot). */
 static void *map_table(size_t bytes)
 {
     void *p = crawl__mmap(bytes, PROT_READ | PROT_WRITE, 0);
-    if (p == MAP_FAILED)
-        return NULL;
-    madvise(p, bytes, MADV_HUGEPAGE);
-    return p;
+    return p == MAP_FAILED ? NULL : p;
 }
 
 /* Install a table once, lock-free (async-signal-safe: mmap and a CAS). */
@@ -63,6 +61,13 @@ static _Atomic(node *) *buckets_get(void)
 }
 
 /* ---- arenas --------------------------------------------------------------- */
+/* The first arena is small and of small pages, so that a process that
+ * stores a few hundred traces holds only the pages they fill (a huge page
+ * is 2 MiB of memory zeroed at its first touch); later ones are 4 MiB and
+ * huge pages where the kernel allows: with many traces stored, a lookup's
+ * node is rarely cached and a TLB miss on top of it costs a lot, and a new
+ * trace then costs one page fault every 2 MiB, not every 4 KiB. */
+#define FIRST_ARENA_SIZE (256u << 10)
 #define ARENA_SIZE (4u << 20)
 
 typedef struct arena {
@@ -75,13 +80,15 @@ static _Atomic(arena *) current_arena;
 static atomic_size_t bytes_used, drops, stored;
 static atomic_size_t budget = (size_t)256 << 20;   /* set by options, read by puts */
 
-static arena *new_arena(size_t need)
+static arena *new_arena(size_t need, int first)
 {
-    size_t size = need + sizeof(arena) > ARENA_SIZE ? need + sizeof(arena) : ARENA_SIZE;
+    size_t unit = first ? FIRST_ARENA_SIZE : ARENA_SIZE;
+    size_t size = need + sizeof(arena) > unit ? need + sizeof(arena) : unit;
     arena *a = crawl__mmap(size, PROT_READ | PROT_WRITE, 0);
     if (a == MAP_FAILED)
         return NULL;
-    madvise(a, size, MADV_HUGEPAGE);     /* advisory: fewer TLB misses on lookups */
+    if (!first)
+        madvise(a, size, MADV_HUGEPAGE); /* advisory */
     atomic_init(&a->used, 0);
     a->size = size - sizeof(arena);
     return a;
@@ -102,7 +109,7 @@ static void *arena_alloc(size_t bytes)
             if (off + bytes <= a->size)
                 return a->data + off;
         }
-        arena *fresh = new_arena(bytes);
+        arena *fresh = new_arena(bytes, a == NULL);
         if (!fresh) {
             atomic_fetch_sub(&bytes_used, bytes);
             return NULL;

@@ -7,6 +7,39 @@
 #include <string.h>
 #include <unistd.h>
 
+/* Resident pages of the process, from /proc/self/statm. */
+static long resident_kib(void)
+{
+    FILE *f = fopen("/proc/self/statm", "r");
+    assert_non_null(f);
+    long size = 0, resident = 0;
+    assert_int_equal(fscanf(f, "%ld %ld", &size, &resident), 2);
+    fclose(f);
+    return resident * (sysconf(_SC_PAGESIZE) / 1024);
+}
+
+/* First (the depot is still empty): a process that stores a few dozen
+ * traces holds the pages they touch (a page of buckets each, at most, and
+ * the arena's pages they fill), not huge pages (2 MiB of buckets and 2 MiB
+ * of the first arena, zeroed at the first put, before the fix). */
+static void test_small_depot_small_footprint(void **state)
+{
+    (void)state;
+    crawl_depot_stats st;
+    crawl_depot_get_stats(&st);
+    assert_int_equal(st.ids, 0);
+    long before = resident_kib();
+    for (unsigned i = 0; i < 50; i++) {
+        uintptr_t tr[32];
+        for (int k = 0; k < 32; k++)
+            tr[k] = 0x700000 + i * 4096 + (unsigned)k * 16;
+        assert_true(crawl_depot_put(tr, 32) != 0);
+    }
+    long grown = resident_kib() - before;
+    print_message("50 traces of 32 frames: %ld KiB resident more\n", grown);
+    assert_true(grown < 1024);
+}
+
 static void test_put_get(void **state)
 {
     (void)state;
@@ -303,6 +336,7 @@ int main(void)
 {
     crawl_thread_attach();
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_small_depot_small_footprint),
         cmocka_unit_test(test_put_get),
         cmocka_unit_test(test_put_alternating_lookalikes),
         cmocka_unit_test(test_ids_stable_under_threads),
