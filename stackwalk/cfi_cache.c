@@ -145,6 +145,78 @@ static int fde_table(uintptr_t hdr, const int32_t **table, size_t *count)
     return 0;
 }
 
+/* ---- signal trampolines ------------------------------------------------------- */
+
+_Atomic uintptr_t sw_sigtramp_lo, sw_sigtramp_len;
+
+void sw_sigtramp_note(uintptr_t lo, uintptr_t hi)
+{
+    static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+    if (hi <= lo)
+        return;
+    crawl__lock(&lock);
+    uintptr_t olo = atomic_load(&sw_sigtramp_lo), olen = atomic_load(&sw_sigtramp_len);
+    uintptr_t nlo = olen && olo < lo ? olo : lo;
+    uintptr_t nhi = olen && olo + olen > hi ? olo + olen : hi;
+    /* len first, then lo: a walk that reads lo and len in between sees a
+     * range that still holds the old one (more, if lo moved down), so it
+     * misses at worst the new trampoline, as before it was noted; a frame
+     * that is no trampoline sent to the slow path is stepped right too */
+    atomic_store(&sw_sigtramp_len, nhi - nlo);
+    atomic_store(&sw_sigtramp_lo, nlo);
+    crawl__unlock(&lock);
+}
+
+/* A CIE's augmentation has 'S' (a signal frame). cie: its first byte. */
+static int cie_is_signal(const uint8_t *cie)
+{
+    uint32_t len, id;
+    memcpy(&len, cie, 4);
+    memcpy(&id, cie + 4, 4);
+    if (len == 0 || len == 0xffffffffu || id != 0)
+        return 0;                        /* (64-bit DWARF: not written for x86-64 code) */
+    const char *aug = (const char *)cie + 9;   /* after the version byte */
+    for (int i = 0; i < 8 && aug[i]; i++)
+        if (aug[i] == 'S')
+            return 1;
+    return 0;
+}
+
+void sw_sigtramp_scan(const sw_module *m)
+{
+    const int32_t *tab;
+    size_t nfde;
+    if (!m->eh_frame_hdr || fde_table(m->eh_frame_hdr, &tab, &nfde) != 0)
+        return;
+    /* the CIEs seen so far (a module has a handful) and their answer */
+    const uint8_t *cies[16];
+    int sig[16], ncies = 0;
+    for (size_t i = 0; i < nfde; i++) {
+        const uint8_t *fde = (const uint8_t *)(m->eh_frame_hdr + (uintptr_t)(intptr_t)tab[2 * i + 1]);
+        uint32_t back;
+        memcpy(&back, fde + 4, 4);
+        const uint8_t *cie = fde + 4 - back;
+        int k = 0;
+        while (k < ncies && cies[k] != cie)
+            k++;
+        if (k == ncies) {
+            if (ncies == 16)
+                k = 15;                  /* (a module of many CIEs: the last slot rotates) */
+            else
+                ncies++;
+            cies[k] = cie;
+            sig[k] = cie_is_signal(cie);
+        }
+        if (!sig[k])
+            continue;
+        /* the FDE's code: up to the next FDE's, at most 64 bytes (a
+         * trampoline is two instructions and the nop before them) */
+        uintptr_t lo = m->eh_frame_hdr + (uintptr_t)(intptr_t)tab[2 * i];
+        uintptr_t hi = i + 1 < nfde ? m->eh_frame_hdr + (uintptr_t)(intptr_t)tab[2 * i + 2] : lo + 64;
+        sw_sigtramp_note(lo, hi - lo > 64 ? lo + 64 : hi);
+    }
+}
+
 /* The CFI row that holds addr: its rule, and in *end where the row ends.
  * 0 when libdw has none there. (Under sw_dwfl_lock: cfi lives in the
  * session.) */
@@ -159,6 +231,8 @@ static uint64_t row_at(Dwarf_CFI *cfi, Dwarf_Addr bias, uintptr_t addr, uintptr_
     if (dwarf_frame_info(frame, &lo, &hi, &sig) >= 0 && hi + bias > addr) {
         rule = frame_rule(frame, sig);
         *end = hi + bias;
+        if (sig)
+            sw_sigtramp_note(lo + bias, hi + bias);
     }
     free(frame);
     return rule;

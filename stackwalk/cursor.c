@@ -23,6 +23,8 @@ void sw_cursor_init(sw_cursor *c, const crawl__thread *th, const crawl_regs *reg
     c->hint = (sw_hint){0, 0};
     c->hits = 0;
     c->refreshed = 0;
+    c->tlo = atomic_load_explicit(&sw_sigtramp_lo, memory_order_acquire);
+    c->tlen = atomic_load_explicit(&sw_sigtramp_len, memory_order_acquire);
     /* A walk that starts on the signal stack, or runs on it (a handler
      * walking the context it interrupted), needs its bounds. */
     uintptr_t here = (uintptr_t)__builtin_frame_address(0);

@@ -212,7 +212,22 @@ typedef struct sw_cursor {
     unsigned refreshed;                 /* normal context: snap checked against the loader */
     unsigned long hits;                 /* steps served by the rule cache */
     const char *why;                    /* the slow path's reason for its last answer */
+    uintptr_t tlo, tlen;                /* sw_sigtramp_lo/len when the walk started */
 } sw_cursor;
+
+/* Where signal trampolines are (libc's __restore_rt, and any other code
+ * whose CFI marks a signal frame): one range that holds every one found,
+ * [sw_sigtramp_lo, + sw_sigtramp_len), empty until one is. Fast walks step
+ * out of a frame in it by the slow path (the ucontext), not by the frame
+ * pointer, which would skip the interrupted frames: a handler's saved rbp
+ * is whatever rbp the interrupted code had. Found in libc and the vDSO as
+ * modules.c meets them, and in any module whose CFI is read. */
+extern _Atomic uintptr_t sw_sigtramp_lo, sw_sigtramp_len;
+/* Widen the range to hold [lo, hi). Async-signal-safe (CAS loops). */
+void sw_sigtramp_note(uintptr_t lo, uintptr_t hi);
+/* Note m's signal trampolines: its FDEs whose CIE has the 'S' augmentation,
+ * from its .eh_frame_hdr (normal context: reads the module's CFI). */
+void sw_sigtramp_scan(const sw_module *m);
 
 void sw_cursor_init(sw_cursor *c, const crawl__thread *th, const crawl_regs *regs,
                     unsigned exact, sw_dwarf *dwarf, const sw_range_table *ranges);

@@ -195,6 +195,12 @@ static sw_module *find_or_add_module(struct dl_phdr_info *info, uintptr_t eh_hdr
     memcpy(m->name, name, len + 1);
     m->next = modules;
     modules = m;
+    /* libc's signal trampoline, which every handler glibc installs returns
+     * to, is known before any walk needs it (others are found as their
+     * module's CFI is read) */
+    const char *base = strrchr(name, '/');
+    if (strncmp(base ? base + 1 : name, "libc.so", 7) == 0)
+        sw_sigtramp_scan(m);
     return m;
 }
 

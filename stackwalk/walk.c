@@ -282,6 +282,9 @@ static inline __attribute__((always_inline)) int batch_step(const sw_cursor *c,
     }
     (void)rule, (void)last;
     uintptr_t nip = *ip, nsp = *sp, nfp = *fp;
+    /* out of a signal trampoline: by the ucontext, in the slow path */
+    if (__builtin_expect(nip - c->tlo < c->tlen, 0))
+        return SW_ASK;
     if (__builtin_expect(exact, 0))
         return fast_ask_cfi(real, hint, hits, ip, sp, fp, exact, nip, nsp, nfp, SW_ASK);
     int st = sw_fp_next(c, &nip, &nsp, &nfp);

@@ -475,6 +475,55 @@ static void test_walk_inside_altstack_handler(void **state)
     EXPECT(l > 2 && strcmp(T.r[l + 1].name, "raise_on_altstack") == 0);
 }
 
+/* A handler that keeps a frame pointer walks in fast mode from inside
+ * itself: the chain leads to libc's signal trampoline, whose saved rbp is
+ * only what the interrupted code had in rbp. Stepping out of it by the
+ * frame pointer skipped the interrupted frames (pthread_kill, raise) and
+ * their callers down to the one rbp happened to point at; the ucontext
+ * gives them. */
+static unsigned handler_flags;
+
+NOINLINE static void on_sigusr1_fast(int sig)
+{
+    (void)sig;
+    walker(handler_flags);
+}
+
+NOINLINE static void raise_from_here(void)
+{
+    raise(SIGUSR1);
+    T_NO_TAIL();
+}
+
+static void test_fast_walk_inside_handler_crosses_the_trampoline(void **state)
+{
+    (void)state;
+    assert_true(crawl_cfi_cache_warm() > 0);
+    struct sigaction sa = {.sa_handler = on_sigusr1_fast}, old;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGUSR1, &sa, &old);
+    const unsigned flags[2] = {FAST, FAST | CRAWL_WALK_SIGNAL_SAFE};
+    for (int m = 0; m < 2; m++) {
+        reset();
+        handler_flags = flags[m];
+        raise_from_here();
+        t_name(&T);
+        int h = native_index(&T, "on_sigusr1_fast");
+        if (!(h > 0 && h + 3 < (int)T.n))
+            t_dump(&T, "fast walk inside a handler");
+        assert_true(h > 0 && h + 3 < (int)T.n);
+        /* h + 1 is the trampoline; h + 2 the interrupted frame (the pc the
+         * signal found, exact), in libc, as raise sends the signal */
+        EXPECT(strstr(T.r[h + 1].module, "libc.so") != NULL);
+        EXPECT(T.r[h + 2].flags & CRAWL_CF_EXACT_IP);
+        EXPECT(strstr(T.r[h + 2].module, "libc.so") != NULL);
+        EXPECT(native_index(&T, "raise") > h + 1);
+        EXPECT(t_find(&T, "test_fast_walk_inside_handler_crosses_the_trampoline", 0) > h + 2);
+        t_check_order(&T);
+    }
+    sigaction(SIGUSR1, &old, NULL);
+}
+
 /* ---- JIT code: no unwind info, then a registered code range ------------------ */
 
 /* push rbp; xor ebp,ebp; mov rax,rdi; mov rdi,rsi; call rax; pop rbp; ret
@@ -876,6 +925,7 @@ int main(void)
         cmocka_unit_test(test_flags),
         cmocka_unit_test(test_walk_from_signal_context),
         cmocka_unit_test(test_walk_inside_altstack_handler),
+        cmocka_unit_test(test_fast_walk_inside_handler_crosses_the_trampoline),
         cmocka_unit_test(test_resume_past_code_without_unwind_info),
         cmocka_unit_test(test_code_range_unwinds_jit_frames),
         cmocka_unit_test(test_code_range_table),
