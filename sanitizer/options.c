@@ -282,11 +282,13 @@ static void init(void)
     atomic_store_explicit(&initialized, 1, memory_order_release);
 }
 
-/* Options that act without a sanitizer call (perf_map): read at load. */
+/* Read at load when there are options at all: some act without a
+ * sanitizer call (perf_map), and the depot, whose puts are signal-safe
+ * and never read options themselves, takes its budget from them. */
 __attribute__((constructor)) static void options_at_load(void)
 {
     const char *env = getauxval(AT_SECURE) ? NULL : getenv("CRAWL_OPTIONS");
-    if (crawl_default_options || (env && strstr(env, "perf_map")))
+    if (crawl_default_options || env)
         pthread_once(&once, init);
 }
 
