@@ -135,6 +135,8 @@ uint32_t san_capture_at(const crawl_regs *from, unsigned max, unsigned flags)
 
 uint32_t crawl_depot_capture(unsigned max_frames, unsigned flags)
 {
+    if (max_frames == 0)
+        return 0;                        /* no frame asked for: nothing stored */
     crawl_regs here;
     crawl_capture_regs(&here);
     uint32_t id = san_capture_at(&here, max_frames, flags);
@@ -144,7 +146,7 @@ uint32_t crawl_depot_capture(unsigned max_frames, unsigned flags)
 
 uint32_t crawl_depot_capture_from(const crawl_regs *regs, unsigned max_frames, unsigned flags)
 {
-    return regs ? san_capture_at(regs, max_frames, flags) : 0;
+    return regs && max_frames ? san_capture_at(regs, max_frames, flags) : 0;
 }
 
 /* An activation stored in the depot, through its type's describe_method. */

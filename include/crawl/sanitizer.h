@@ -50,7 +50,8 @@ CRAWL_API void crawl_depot_get_stats(crawl_depot_stats *out);
  * takes 3) into the depot: native and JIT frames and VM/function
  * activations, in walk order. flags: 0 for precise (CFI; the default for
  * allocation stacks, right in hosts built without frame pointers) or
- * CRAWL_WALK_FAST, and CRAWL_WALK_SIGNAL_SAFE. The id, or 0. With
+ * CRAWL_WALK_FAST, and CRAWL_WALK_SIGNAL_SAFE. The id, or 0 (also for
+ * max_frames 0: nothing is stored). With
  * CRAWL_WALK_SIGNAL_SAFE it takes no lock and allocates nothing (the depot
  * itself grows by mmap) and is async-signal-safe; without it, a capture
  * that misses a rule of a module reads it (allocates): the rule of that pc
@@ -60,7 +61,8 @@ CRAWL_API uint32_t crawl_depot_capture(unsigned max_frames, unsigned flags);
 
 /* The same from registers crawl_capture_regs filled in a function F: the
  * trace starts at F's caller. For allocators whose stacks should start at
- * their entry point whatever helper does the capture. 0 for NULL regs.
+ * their entry point whatever helper does the capture. 0 for NULL regs
+ * or max_frames 0.
  * Same safety as crawl_depot_capture. */
 CRAWL_API uint32_t crawl_depot_capture_from(const crawl_regs *regs, unsigned max_frames,
                                             unsigned flags);

@@ -55,6 +55,15 @@ static void test_put_get(void **state)
     assert_int_equal(crawl_depot_get(0, &got), 0);
     assert_int_equal(crawl_depot_get(0x7fffffff, &got), 0);
     assert_int_equal(crawl_depot_put(NULL, 3), 0);
+    /* no frame asked for: nothing stored (one frame was, before) */
+    crawl_depot_stats before, after;
+    crawl_depot_get_stats(&before);
+    assert_int_equal(crawl_depot_capture(0, 0), 0);
+    crawl_regs here;
+    crawl_capture_regs(&here);
+    assert_int_equal(crawl_depot_capture_from(&here, 0, CRAWL_WALK_FAST), 0);
+    crawl_depot_get_stats(&after);
+    assert_int_equal(after.ids, before.ids);
     assert_int_equal(crawl_depot_put(a, 0), 0);
     uintptr_t big[CRAWL_DEPOT_MAX_FRAMES + 1] = {0};
     assert_int_equal(crawl_depot_put(big, CRAWL_DEPOT_MAX_FRAMES + 1), 0);
