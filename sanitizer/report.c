@@ -174,12 +174,15 @@ int san_log_open(int *opened)
         return STDOUT_FILENO;
     if (!o->log_path[0] || strcmp(o->log_path, "stderr") == 0)
         return fcntl(STDERR_FILENO, F_GETFD) < 0 && kept_stderr >= 0 ? kept_stderr : STDERR_FILENO;
-    /* A device or a pipe (/dev/null, a FIFO a tool reads) is written as
-     * named: PATH.PID would create a new file beside it (in /dev, as root).
-     * Anything else gets the .PID suffix, as ASan's. */
+    /* A device or a pipe (/dev/null, a FIFO a tool reads), and anything
+     * under /dev or /proc (/dev/stderr, /proc/self/fd/2, whatever the file
+     * behind them is), is written as named: PATH.PID would create a new
+     * file beside it (in /dev, as root). Anything else gets the .PID
+     * suffix, as ASan's. */
     struct stat st;
     char path[600];
-    if (stat(o->log_path, &st) == 0 && (S_ISCHR(st.st_mode) || S_ISFIFO(st.st_mode)))
+    if (strncmp(o->log_path, "/dev/", 5) == 0 || strncmp(o->log_path, "/proc/", 6) == 0 ||
+        (stat(o->log_path, &st) == 0 && (S_ISCHR(st.st_mode) || S_ISFIFO(st.st_mode))))
         snprintf(path, sizeof path, "%s", o->log_path);
     else
         snprintf(path, sizeof path, "%s.%d", o->log_path, (int)getpid());

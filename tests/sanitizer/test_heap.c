@@ -438,6 +438,29 @@ static void test_halt_and_log_path(void **state)
     crawl_heap_check(p + 8, 1, 0);
     crawl_heap_free(p);
     assert_int_equal(stat(devpid, &st) == 0 ? st.st_size : -1, before);
+    /* /dev/stderr when stderr is a regular file: the report goes there,
+     * and no /dev/stderr.PID is made (one was, in /dev) */
+    char errpid[64];
+    snprintf(errpid, sizeof errpid, "/dev/stderr.%d", (int)getpid());
+    FILE *err = tmpfile();
+    assert_non_null(err);
+    int saved = dup(STDERR_FILENO);
+    dup2(fileno(err), STDERR_FILENO);
+    assert_int_equal(crawl_sanitizer_set_options("log_path=/dev/stderr"), 0);
+    p = crawl_heap_malloc(8);
+    crawl_heap_check(p + 8, 1, 0);
+    crawl_heap_free(p);
+    dup2(saved, STDERR_FILENO);
+    close(saved);
+    int made = stat(errpid, &st) == 0;
+    if (made)
+        unlink(errpid);
+    assert_false(made);
+    rewind(err);
+    size_t got = fread(out, 1, sizeof out - 1, err);
+    out[got] = '\0';
+    fclose(err);
+    assert_non_null(strstr(out, "ERROR: AddressSanitizer: heap-buffer-overflow"));
     snprintf(path, sizeof path, "%s/report.%d", dir, (int)getpid());
     FILE *f = fopen(path, "r");
     assert_non_null(f);
