@@ -161,6 +161,8 @@ extern __thread int crawl__busy __attribute__((tls_model("initial-exec")));
  * outputs' paths does without dl_iterate_phdr then. Set by an atfork
  * handler registered when libcrawl loads. */
 extern int crawl__loader_lock_suspect;
+/* Inside pthread_getattr_np (crawl/heap_profile.h says why). */
+extern __thread int crawl__in_getattr __attribute__((tls_model("initial-exec")));
 static inline void crawl__lock(pthread_mutex_t *m)
 {
     pthread_mutex_lock(m);

@@ -127,6 +127,7 @@ static void after_fork_child(void)
 }
 
 int crawl__loader_lock_suspect;
+CRAWL_API __thread int crawl__in_getattr __attribute__((tls_model("initial-exec")));
 static int threads_at_fork;
 
 static void loader_fork_prepare(void) { threads_at_fork = !__libc_single_threaded; }

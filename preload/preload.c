@@ -13,6 +13,7 @@
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <errno.h>
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -45,6 +46,7 @@ static size_t (*real_usable)(void *);
 static void *(*real_mmap)(void *, size_t, int, int, int, off_t);
 static int (*real_munmap)(void *, size_t);
 static void *(*real_mremap)(void *, size_t, size_t, int, ...);
+static int (*real_getattr)(pthread_t, pthread_attr_t *);
 static int ready;                        /* 1: the real functions are known */
 static int secure;                       /* set-uid/set-gid: never sample */
 
@@ -87,6 +89,10 @@ static void resolve(void)
     real_mmap = (void *(*)(void *, size_t, int, int, int, off_t))dlsym(RTLD_NEXT, "mmap");
     real_munmap = (int (*)(void *, size_t))dlsym(RTLD_NEXT, "munmap");
     real_mremap = (void *(*)(void *, size_t, size_t, int, ...))dlsym(RTLD_NEXT, "mremap");
+    /* (here, with the others: a dlsym made later could run inside dlerror,
+     * whose error string it frees, as a sampled allocation's first walk
+     * attaches its thread) */
+    real_getattr = (int (*)(pthread_t, pthread_attr_t *))dlsym(RTLD_NEXT, "pthread_getattr_np");
     secure = getauxval(AT_SECURE) != 0;
     if (m && f && real_calloc && real_realloc && real_memalign && real_usable) {
         real_malloc = m, real_free = f;
@@ -108,6 +114,23 @@ static void resolving_free(void *p)
     resolve();
     if (ready)
         real_free(p);                    /* (else glibc is out of reach: the block stays) */
+}
+
+/* glibc's pthread_getattr_np allocates while it holds the thread's lock: a
+ * stack captured for such an allocation must not attach the thread (which
+ * calls pthread_getattr_np) if it is not yet. Boehm's GC_init does this on
+ * the main thread before anything else allocated: every such program hung
+ * under heap_profile=1. */
+EXPORT int pthread_getattr_np(pthread_t t, pthread_attr_t *attr)
+{
+    if (!real_getattr)
+        resolve();
+    if (!real_getattr)
+        return ENOSYS;
+    crawl__in_getattr++;
+    int rc = real_getattr(t, attr);
+    crawl__in_getattr--;
+    return rc;
 }
 
 /* CRAWL_OPTIONS' heap_profile=1 / leak_check=1: record from the start. */

@@ -283,8 +283,9 @@ static void init(void)
 }
 
 /* Read at load when there are options at all: some act without a
- * sanitizer call (perf_map), and the depot, whose puts are signal-safe
- * and never read options themselves, takes its budget from them. */
+ * sanitizer call (perf_map), the depot's puts are signal-safe and never
+ * read options themselves (depot_budget_mb), and help=1 or a bad key
+ * should be answered whatever the program calls. */
 __attribute__((constructor)) static void options_at_load(void)
 {
     const char *env = getauxval(AT_SECURE) ? NULL : getenv("CRAWL_OPTIONS");

@@ -428,7 +428,8 @@ static crawl_walk_status run_walk(walk *wp, const crawl_regs *regs, unsigned exa
     unsigned flags = w->flags;
     crawl__thread *th = crawl__self();
     if (!th->attached) {
-        if ((flags & CRAWL_WALK_SIGNAL_SAFE) || crawl_thread_attach() != 0)
+        /* (inside pthread_getattr_np, attaching would wait for its lock) */
+        if ((flags & CRAWL_WALK_SIGNAL_SAFE) || crawl__in_getattr || crawl_thread_attach() != 0)
             return CRAWL_WALK_FAILED;
     }
     unsigned precise = !(flags & CRAWL_WALK_FAST);

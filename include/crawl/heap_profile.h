@@ -69,6 +69,12 @@ CRAWL_API extern __thread long crawl__hp_countdown __attribute__((tls_model("ini
  * the slow path (recording every allocation). Not API. */
 enum { CRAWL__HOOK_GPA, CRAWL__HOOK_PLAIN, CRAWL__HOOK_SAMPLED, CRAWL__HOOK_BOTH, CRAWL__HOOK_SLOW };
 CRAWL_API extern int crawl__hook_kind;
+/* Non-zero while the thread is inside pthread_getattr_np (counted by
+ * libcrawl-preload.so's wrapper). glibc holds the thread's lock there and
+ * allocates (fopen of /proc/self/maps, the CPU set): a walk made for such
+ * an allocation must not attach the thread, which calls
+ * pthread_getattr_np again and would wait for ever. Not API. */
+CRAWL_API extern __thread int crawl__in_getattr __attribute__((tls_model("initial-exec")));
 CRAWL_API void crawl__heap_profile_slow(const void *p, size_t size, uintptr_t caller);
 /* Put p in the free filter for good (a count stuck at 255). */
 CRAWL_API void crawl__hp_filter_stick(const void *p);

@@ -170,6 +170,13 @@ grep -q 'warm-cache [^;]*heap.crawl:[0-9]*;load-page [^;]*heap.crawl:[0-9]*;b_ma
     "$work/vm.folded" && ok || { bad "crawlvm's profile lacks the script frames"; cat "$work/vm.folded"; }
 grep -q 'intern-name [^;]*;vm_call_ffi;.*strdup;malloc' "$work/vm.folded" && ok ||
     bad "crawlvm's profile lacks strdup called from the script through the FFI"
+# with -e, the first allocations are GC_init's, inside pthread_getattr_np:
+# recording them attached the main thread there, and crawlvm hung
+timeout -s KILL 20 "$crawlvm" --heap-profile "$work/vm_e.txt" -e '(print (+ 40 2))' \
+    >"$work/out" 2>"$work/err"
+rc=$?
+[ $rc -eq 0 ] && grep -qx 42 "$work/out" && grep -q 'bytes live in' "$work/vm_e.txt" && ok ||
+    { bad "crawlvm --heap-profile -e exits $rc"; cat "$work/err"; }
 
 # crawlvm --profile: the CPU profile's pprof file, read back by go tool pprof
 "$crawlvm" --profile "$work/cpu.pb.gz" -e '(define i 0) (define (inner) (set! i (+ i 1)))
