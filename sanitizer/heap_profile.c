@@ -387,6 +387,20 @@ void crawl_heap_profile_free(const void *p)
 int crawl_heap_profile_start(void)
 {
     unsigned n = san_opts()->heap_sample_bytes;
+    if (n && san_opts()->leak_check) {
+        /* the leak check needs every chunk in the table (one reachable
+         * only through a chunk not sampled would be reported) */
+        static atomic_int told;
+        if (!atomic_exchange(&told, 1)) {
+            char line[120];
+            int len = snprintf(line, sizeof line,
+                               "crawl: leak_check=1 records every allocation: "
+                               "heap_sample_bytes=%u is ignored\n", n);
+            ssize_t w = write(STDERR_FILENO, line, (size_t)len);
+            (void)w;
+        }
+        n = 0;
+    }
     atomic_store(&sample_bytes, n);
     __atomic_store_n(&crawl__hp.sampled, n != 0, __ATOMIC_RELAXED);
     __atomic_store_n(&crawl__hp.mmap, san_opts()->heap_profile_mmap != 0, __ATOMIC_RELAXED);

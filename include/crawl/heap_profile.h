@@ -263,7 +263,9 @@ CRAWL_API crawl_heap_format crawl_heap_format_for(const char *path);
  * stack, goes to fd (-1: the sanitizer's log_path), in LeakSanitizer's
  * wording ("Direct leak of N byte(s) in M object(s) allocated from:",
  * "SUMMARY: ..."). The number of leaked objects, or a negative errno
- * value. Threads crawl does not know have their stacks scanned whole as
+ * value: -EINVAL while the heap profile samples (heap_sample_bytes: the
+ * table lacks most chunks; with leak_check=1 the profile records every
+ * allocation whatever heap_sample_bytes says). Threads crawl does not know have their stacks scanned whole as
  * anonymous memory and no registers: run it when they are gone or idle
  * (at exit). A stack glibc made for an attached thread is left out below
  * the thread's descriptor while glibc's records say the thread has exited

@@ -45,6 +45,19 @@ for i in $(seq 40); do
 done
 [ $hung -eq 0 ] && ok || bad "$hung of 40 sampled leak-check runs hung or failed"
 
+# leak_check=1 records every allocation whatever heap_sample_bytes says:
+# with samples only, chunks reachable through others not sampled were
+# reported (ls: 1648 bytes of locale data)
+CRAWL_OPTIONS=leak_check=1:heap_sample_bytes=64 LD_PRELOAD=$lib "$leaky" >/dev/null 2>"$work/serr"
+rc=$?
+[ $rc -eq 23 ] && grep -qF 'SUMMARY: LeakSanitizer: 228 byte(s) leaked in 5 allocation(s).' "$work/serr" &&
+    grep -qF 'crawl: leak_check=1 records every allocation: heap_sample_bytes=64 is ignored' \
+        "$work/serr" && ok || { bad "leak check with heap_sample_bytes=64: rc $rc"; head -20 "$work/serr"; }
+CRAWL_OPTIONS=leak_check=1:heap_sample_bytes=64 LD_PRELOAD=$lib ls -la /usr/lib >/dev/null 2>"$work/serr"
+rc=$?
+[ $rc -eq 0 ] && ! grep -q 'Direct leak' "$work/serr" && ok ||
+    { bad "ls under leak_check=1:heap_sample_bytes=64: rc $rc"; head -20 "$work/serr"; }
+
 # each leak's stack: malloc, then the function that leaked it
 grep -A2 'Direct leak of 100 ' "$work/err" | grep -q ' in leak_direct .*leaky.c' && ok ||
     bad "the 100-byte leak's stack does not show leak_direct"
