@@ -17,6 +17,7 @@
 #include <stddef.h>
 #include <setjmp.h>
 #include <stdint.h>
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -244,34 +245,23 @@ __attribute__((noinline)) static void scrub(void)
         junk[i] = 0;
 }
 
-static void test_leak_check_sees_samples(void **state)
+/* A sampled table lacks most chunks: a chunk reachable only through one
+ * never sampled would be reported. The check refuses it, writing nothing
+ * (leak_check=1 records every allocation instead; tests/preload/heap.sh). */
+static void test_leak_check_refuses_samples(void **state)
 {
     (void)state;
-    /* a sample in every allocation of this thread, once its countdown,
-     * drawn at 256 bytes on average, has run out */
     assert_int_equal(crawl_sanitizer_set_options("heap_sample_bytes=1"), 0);
     assert_int_equal(crawl_heap_profile_start(), 0);
-    void *volatile big = malloc(1 << 20);
-    free(big);
-    size_t base = live_objects();
     plant_sampled_leaks();
     keep_from_a_global();
     scrub();
-    assert_int_equal(live_objects(), base + 33);
-
     FILE *out = tmpfile();
     assert_non_null(out);
-    long n = crawl_leak_check(fileno(out));
-    static char report[1 << 16];
-    ssize_t got = pread(fileno(out), report, sizeof report - 1, 0);
+    assert_int_equal(crawl_leak_check(fileno(out)), -EINVAL);
+    char c;
+    assert_int_equal(pread(fileno(out), &c, 1, 0), 0);
     fclose(out);
-    assert_true(got > 0);
-    report[got] = '\0';
-    assert_int_equal(n, 32);
-    assert_non_null(strstr(report, "Direct leak of 768 byte(s) in 16 object(s) allocated from:"));
-    assert_non_null(strstr(report, "Indirect leak of 384 byte(s) in 16 object(s) allocated from:"));
-    assert_non_null(strstr(report, "plant_sampled_leaks"));
-    assert_null(strstr(report, "keep_from_a_global"));
     free(reachable);
 }
 
@@ -368,7 +358,7 @@ int main(void)
         cmocka_unit_test(test_every_entry_point),
         cmocka_unit_test(test_realloc_in_and_out_of_samples),
         cmocka_unit_test(test_outputs_leave_the_countdown),
-        cmocka_unit_test(test_leak_check_sees_samples),
+        cmocka_unit_test(test_leak_check_refuses_samples),
         cmocka_unit_test(test_samples_outlive_their_mode),
         cmocka_unit_test(test_glibcs_own_free_takes_samples),
         cmocka_unit_test(test_glibcs_own_free_of_a_pool_chunk_dies),
