@@ -112,7 +112,9 @@ static void test_profile(void **state)
     free(folded);
     print_message("folded: %lu samples, main_worker %lu, late_worker %lu\n", sum, main_w, late_w);
     assert_int_equal(sum, st.samples);
-    assert_true(main_w >= 30 && late_w >= 30);
+    /* each thread burns the same CPU: at least a quarter of the samples
+     * each (a fixed 30 failed when a loaded machine gave 66 in all) */
+    assert_true(main_w >= st.samples / 4 && late_w >= st.samples / 4);
 
     char *svg = output(CRAWL_HEAP_SVG);
     char want[64];
