@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "sanitizer/heap_output.h"
@@ -624,16 +625,52 @@ crawl_heap_format crawl_heap_format_for(const char *path)
     return CRAWL_HEAP_TEXT;
 }
 
-int ho_write_path(const char *path, int (*to_fd)(int fd, crawl_heap_format format))
+/* Into path in place (a device, a FIFO, or where no file can be made
+ * beside it). */
+static int write_in_place(const char *path, int (*to_fd)(int fd, crawl_heap_format format))
 {
-    if (!path || !*path)
-        return -EINVAL;
     int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (fd < 0)
         return -errno;
     int rc = to_fd(fd, crawl_heap_format_for(path));
     if (close(fd) != 0 && !rc)
         rc = -errno;
+    return rc;
+}
+
+/* A regular file is written whole beside it, then renamed over it: a
+ * reader never sees it half written, and processes that write one path
+ * at once (a make -j under the preload) leave one whole profile, not one
+ * profile followed by the tail of another. A symbolic link stays: its
+ * target is replaced. */
+int ho_write_path(const char *path, int (*to_fd)(int fd, crawl_heap_format format))
+{
+    if (!path || !*path)
+        return -EINVAL;
+    struct stat st;
+    if (stat(path, &st) == 0 && !S_ISREG(st.st_mode))
+        return write_in_place(path, to_fd);
+    char *target = NULL;
+    if (lstat(path, &st) == 0 && S_ISLNK(st.st_mode))
+        target = realpath(path, NULL);   /* (NULL when dangling: written at path) */
+    const char *dest = target ? target : path;
+    char tmp[4200];
+    int n = snprintf(tmp, sizeof tmp, "%s.tmp.%d.%ld", dest, (int)getpid(), (long)gettid());
+    int fd = n > 0 && (size_t)n < sizeof tmp
+                 ? open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644)
+                 : -1;
+    if (fd < 0) {
+        free(target);
+        return write_in_place(path, to_fd);
+    }
+    int rc = to_fd(fd, crawl_heap_format_for(path));
+    if (close(fd) != 0 && !rc)
+        rc = -errno;
+    if (!rc && rename(tmp, dest) != 0)
+        rc = -errno;
+    if (rc)
+        unlink(tmp);
+    free(target);
     return rc;
 }
 

@@ -241,8 +241,12 @@ typedef enum crawl_heap_format {
  * allocates: those allocations are not recorded). Thread-safe: other
  * threads go on allocating; the output is a consistent copy of each shard. */
 CRAWL_API int crawl_heap_profile_write_fd(int fd, crawl_heap_format format);
-/* The same to a file created (or truncated) at path, the format from its
- * extension as for heap_profile_path. 0 or a negative errno value. */
+/* The same to path, the format from its extension as for
+ * heap_profile_path. A regular file is written whole beside path (PATH.tmp.
+ * PID.TID), then renamed over it: readers and other writers of the same
+ * path never see it half written; a symbolic link stays (its target is
+ * replaced); a device or FIFO, or a path in a directory where no file can
+ * be made, is written in place. 0 or a negative errno value. */
 CRAWL_API int crawl_heap_profile_write(const char *path);
 /* The format heap_profile_path would choose for path. */
 CRAWL_API crawl_heap_format crawl_heap_format_for(const char *path);

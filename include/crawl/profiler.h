@@ -42,7 +42,8 @@ CRAWL_API void crawl_profiler_get_stats(crawl_profiler_stats *out);
  * async-signal-safe; may run while sampling. */
 CRAWL_API int crawl_profiler_write_fd(int fd, crawl_heap_format format);
 /* The same to path, the format from the extension (.svg, .pb.gz,
- * .folded, else text). */
+ * .folded, else text), written as crawl_heap_profile_write writes (whole
+ * beside path, then renamed over it). */
 CRAWL_API int crawl_profiler_write(const char *path);
 
 #ifdef __cplusplus

@@ -11,7 +11,9 @@
 #include <crawl/sanitizer.h>
 
 #include <alloca.h>
+#include <dirent.h>
 #include <errno.h>
+#include <sys/stat.h>
 #include <sched.h>
 #include <fcntl.h>
 #include <pthread.h>
@@ -1091,12 +1093,62 @@ static void test_bad_arguments(void **state)
     assert_int_equal(crawl_heap_format_for("a.txt"), CRAWL_HEAP_TEXT);
 }
 
+/* A profile file is written whole beside its path, then renamed over it:
+ * two processes writing one path at once left one profile followed by the
+ * tail of the other (1 run in 20 of an outside test). A symbolic link
+ * stays one; a device is written in place, never replaced. */
+static void test_write_replaces_whole(void **state)
+{
+    (void)state;
+    char dir[] = "/tmp/crawl-hp-XXXXXX";
+    assert_non_null(mkdtemp(dir));
+    char path[200], link_path[200];
+    snprintf(path, sizeof path, "%s/p.json", dir);
+    snprintf(link_path, sizeof link_path, "%s/link.json", dir);
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    for (int i = 0; i < 100000; i++)
+        fputc('x', f);
+    fclose(f);
+    struct stat before, after, l;
+    assert_int_equal(stat(path, &before), 0);
+    assert_int_equal(crawl_heap_profile_write(path), 0);
+    assert_int_equal(stat(path, &after), 0);
+    assert_true(after.st_ino != before.st_ino);   /* a new file, renamed over the old */
+    char *text = calloc(1, (size_t)after.st_size + 1);
+    f = fopen(path, "r");
+    assert_int_equal(fread(text, 1, (size_t)after.st_size, f), (size_t)after.st_size);
+    fclose(f);
+    assert_true(text[0] == '{' && strchr(text, 'x') == NULL);
+    free(text);
+    assert_int_equal(symlink("p.json", link_path), 0);
+    assert_int_equal(crawl_heap_profile_write(link_path), 0);
+    assert_int_equal(lstat(link_path, &l), 0);
+    assert_true(S_ISLNK(l.st_mode));
+    assert_int_equal(stat(path, &before), 0);
+    assert_true(before.st_ino != after.st_ino);    /* the target was replaced */
+    assert_int_equal(crawl_heap_profile_write("/dev/null"), 0);
+    assert_int_equal(stat("/dev/null", &l), 0);
+    assert_true(S_ISCHR(l.st_mode));
+    /* nothing else left in the directory: no temporary file */
+    DIR *d = opendir(dir);
+    int entries = 0;
+    for (struct dirent *e; (e = readdir(d));)
+        entries += e->d_name[0] != '.';
+    closedir(d);
+    assert_int_equal(entries, 2);
+    unlink(link_path);
+    unlink(path);
+    rmdir(dir);
+}
+
 int main(void)
 {
     if (getenv("HEAP_PROFILE_ONLY"))        /* (one test by name, when debugging) */
         cmocka_set_test_filter(getenv("HEAP_PROFILE_ONLY"));
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_outputs_show_script_frames),
+        cmocka_unit_test(test_write_replaces_whole),
         cmocka_unit_test(test_walked_registers_are_let_go),   /* (early: see its comment) */
         cmocka_unit_test(test_unknown_free_and_reuse),
         cmocka_unit_test(test_table_churn),
