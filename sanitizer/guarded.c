@@ -325,6 +325,7 @@ static void *allocate(size_t size, size_t alignment, const crawl_regs *from)
 
 static void *allocate_in(size_t size, size_t alignment, const crawl_regs *from)
 {
+    int asked = alignment != 0;          /* an alignment asked for is always kept */
     if (alignment == 0)
         alignment = 16;
     if (reporting && pool.ready && !(alignment & (alignment - 1)))
@@ -350,7 +351,7 @@ static void *allocate_in(size_t size, size_t alignment, const crawl_regs *from)
     if (rand64() & 1) {
         ptr = page;                      /* against the left guard */
     } else {
-        size_t align = san_opts()->gpa_perfectly_right_align ? 1 : alignment;
+        size_t align = san_opts()->gpa_perfectly_right_align && !asked ? 1 : alignment;
         ptr = (page + pool.page - sz) & ~(uintptr_t)(align - 1);   /* against the right */
     }
     gslot *g = &pool.slot[s];
