@@ -1,6 +1,7 @@
 /* Sanitizer options: "key=value:key=value", from crawl_default_options(),
  * CRAWL_OPTIONS and the API. A string is applied whole or not at all. */
 #include <errno.h>
+#include <signal.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -190,6 +191,13 @@ static int parse(const char *s, san_options *o, int *want_help)
             return -EINVAL;
         }
 #undef KEY
+    }
+    /* values a range cannot say: signals no handler can catch */
+    if (o->heap_profile_signal == SIGKILL || o->heap_profile_signal == SIGSTOP) {
+        char item[40];
+        int n = snprintf(item, sizeof item, "heap_profile_signal=%u", o->heap_profile_signal);
+        warn("bad value in", item, (size_t)n);
+        return -EINVAL;
     }
     return 0;
 }

@@ -73,6 +73,9 @@ static void test_bad_strings(void **state)
         {"depot_budget_mb=12x", "crawl: bad value in 'depot_budget_mb=12x' in sanitizer options; none applied\n"},
         {"redzone= +32", "crawl: bad value in 'redzone= +32' in sanitizer options; none applied\n"},
         {"halt_on_error=-0", "crawl: bad value in 'halt_on_error=-0' in sanitizer options; none applied\n"},
+        /* signals no handler can catch (accepted, then refused at start, before) */
+        {"heap_profile_signal=9", "crawl: bad value in 'heap_profile_signal=9' in sanitizer options; none applied\n"},
+        {"heap_profile=1:heap_profile_signal=19", "crawl: bad value in 'heap_profile_signal=19' in sanitizer options; none applied\n"},
         /* a good item before a bad one is not applied either */
         {"redzone=32:nope=1", "crawl: unknown option 'nope' in sanitizer options; none applied\n"},
     };
