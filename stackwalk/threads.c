@@ -373,7 +373,16 @@ int crawl_print_all_threads(int fd, unsigned flags)
         if (!o)
             break;
         o->n = 0;
-        int rc = crawl_walk_thread(l.tids[i], keep_line, o, flags);
+        /* the calling thread from its caller on, as crawl_walk: none of
+         * crawl's own frames (crawl_walk_thread would start here) */
+        int rc;
+        if (l.tids[i] == (pid_t)syscall(SYS_gettid)) {
+            crawl_regs r;
+            crawl_capture_regs(&r);
+            rc = sw_walk(&r, 0, 1, keep_line, o, flags);
+        } else {
+            rc = crawl_walk_thread(l.tids[i], keep_line, o, flags);
+        }
         print_lines(fd, o);
         free(o);
         if (rc >= CRAWL_WALK_FAILED)     /* a walk status: walked */

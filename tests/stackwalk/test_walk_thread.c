@@ -228,6 +228,18 @@ static void test_print_all_threads(void **state)
              walked);
     assert_non_null(strstr(out, end));
     assert_non_null(strstr(out, "crawl thread dump (pid "));
+    /* the calling thread's block starts at its caller, as crawl_walk: no
+     * frame of crawl's own (crawl_print_all_threads came first, before) */
+    char self[48];
+    snprintf(self, sizeof self, " tid=%d\n", (int)syscall(SYS_gettid));
+    const char *mine = strstr(out, self);
+    assert_non_null(mine);
+    const char *first = strstr(mine, "    #0 ");
+    const char *eol = first ? strchr(first, '\n') : NULL;
+    assert_true(first && eol);
+    if (!memmem(first, (size_t)(eol - first), " in test_print_all_threads ", 27))
+        fail_msg("the calling thread's first frame: %.*s", (int)(eol - first), first);
+    assert_null(strstr(out, "crawl_print_all_threads"));
     /* oldest first: stage-0 .. stage-3, each block with its own function
      * innermost, then middle and outer, and worker_leaf above them */
     const char *at = out;
