@@ -19,6 +19,12 @@ test -f "$P/include/crawl/crawl.h" || fail "no crawl.h"
 test -f "$P/include/crawl/boehm.h" || fail "no boehm.h"
 test -f "$P/share/doc/crawl/README.md" || fail "no README.md in share/doc/crawl"
 test -f "$(find "$P" -name crawlConfig.cmake)" || fail "no crawlConfig.cmake"
+# gdb's auto-load script, under the real directory of the installed library
+# (it went under the configure-time libdir, where gdb never looked)
+so=$(find "$P" -name 'libcrawl.so.0.*' ! -name '*-gdb.py' | head -n 1)
+lib=$(dirname "$so")
+test -f "$P/share/gdb/auto-load$lib/$(basename "$so")-gdb.py" ||
+    fail "no gdb auto-load script at share/gdb/auto-load$lib: $(find "$P/share/gdb" -name '*-gdb.py')"
 
 # the installed command runs on its own
 printf '(print (+ 1 2))\n' >"$work/t.crawl"
