@@ -169,6 +169,8 @@ static int equal(value a, value b, int depth, unsigned long *steps)
         return 1;
     if (depth > MAX_EQUAL_DEPTH)
         return -1;
+    if ((depth & 63) == 63 && vm_stack_low())
+        return -3;                       /* (10,000 levels overflowed a 512 KiB stack) */
     if (++*steps > MAX_EQUAL_STEPS)
         return -2;
     if (vm_is_type(a, T_STRING) && vm_is_type(b, T_STRING)) {
@@ -201,6 +203,8 @@ VM_BUILTIN(b_equal)
     if (e == -2)
         vm_error(vm, "equal?: more than %lu element comparisons (shared or cyclic vectors?)",
                  MAX_EQUAL_STEPS);
+    if (e == -3)
+        vm_error(vm, "equal?: vectors nested too deeply for the C stack");
     return e ? V_TRUE : V_FALSE;
 }
 

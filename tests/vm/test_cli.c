@@ -603,6 +603,25 @@ static void test_deep_nesting_small_stack(void **state)
 #else
     EXPECT_IN(p.err, "syntax error: ");   /* the stack may run low first */
 #endif
+    /* equal? of two vectors 10,000 deep with a 512 KiB stack: a clear
+     * error, not SIGSEGV (found by an outside test) */
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    fputs("(define (build n acc) (if (= n 0) acc (build (- n 1) (vector acc))))\n"
+          "(define a (build 9999 (vector 1)))\n(define b (build 9999 (vector 1)))\n"
+          "(print (equal? a b))\n",
+          f);
+    fclose(f);
+    run_with_stack(&p, path, 512);
+    if (WIFSIGNALED(p.status))
+        fail_msg("crawlvm died of signal %d\nstderr: %s", WTERMSIG(p.status), p.err);
+    EXPECT_EXIT(&p, 1);
+    EXPECT_IN(p.err, "equal?: vectors nested too deeply for the C stack");
+    run_with_stack(&p, path, 8192);
+#if !defined(__SANITIZE_ADDRESS__)
+    EXPECT_EXIT(&p, 0);
+    assert_string_equal(p.out, "#t\n");
+#endif
     unlink(path);
     rmdir(dir);
 }
