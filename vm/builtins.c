@@ -400,7 +400,7 @@ VM_BUILTIN(b_buffer_free)
 {
     VM_UNUSED_ARGS;
     buffer_obj *b = vm_arg_obj(vm, argv[0], T_BUFFER, "buffer-free", "buffer");
-    if (b->freed && !vm->alloc.check)
+    if (b->freed && !vm_alloc_checks(&vm->alloc, b->data))
         vm_error(vm, "buffer-free: buffer already freed");
     vm->alloc.release(b->data);          /* a checked heap reports a double free itself */
     b->freed = 1;

@@ -77,7 +77,7 @@ static crawl_ffi_value to_c(vm_state *vm, value v, char type, const char *fn, in
         if (v == V_NIL)
             return c;
         if (vm_is_type(v, T_BUFFER)) {
-            if (((buffer_obj *)v)->freed && !vm->alloc.check)
+            if (((buffer_obj *)v)->freed && !vm_alloc_checks(&vm->alloc, ((buffer_obj *)v)->data))
                 vm_error(vm, "ffi error: argument %d of %s is a freed buffer", argno, fn);
             c.p = ((buffer_obj *)v)->data;
             return c;

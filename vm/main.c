@@ -78,6 +78,11 @@ static int sampled_check(const void *addr, size_t size, int is_write)
     return 0;
 }
 
+/* Only sampled buffers are the pool's: a double free or use of a freed
+ * buffer that malloc gave is the VM's own error, as without the option
+ * (it was a real double free: glibc aborted). */
+static int sampled_covers(const void *p) { return crawl_gpa_owns(p); }
+
 /* --heap-profile: the allocation hooks live in libcrawl-preload.so, beside
  * libcrawl: run this program again with it preloaded and recording. Returns
  * only on failure (after saying why). */
@@ -242,9 +247,9 @@ int main(int argc, char **argv)
     vm->native_traces = native;
     vm->walk_flags = fast ? CRAWL_WALK_FAST : 0;
     if (sanitize)
-        vm->alloc = (vm_allocator){crawl_heap_malloc, crawl_heap_free, crawl_heap_check};
+        vm->alloc = (vm_allocator){crawl_heap_malloc, crawl_heap_free, crawl_heap_check, NULL};
     else if (sampled)
-        vm->alloc = (vm_allocator){sampled_alloc, sampled_release, sampled_check};
+        vm->alloc = (vm_allocator){sampled_alloc, sampled_release, sampled_check, sampled_covers};
 #ifndef CRAWLVM_NO_FRAMES
     char gc_options[160];
     snprintf(gc_options, sizeof gc_options, "%s%s%s",

@@ -68,7 +68,7 @@ vm_state *vm_new(void)
     v->stack = reserve(STACK_SLOTS * sizeof(value));
     v->ci_cap = CALL_DEPTH;
     v->ci = reserve(CALL_DEPTH * sizeof(callinfo));
-    v->alloc = (vm_allocator){plain_alloc, plain_release, NULL};
+    v->alloc = (vm_allocator){plain_alloc, plain_release, NULL, NULL};
     v->out_fd = STDOUT_FILENO;
 #ifndef CRAWLVM_NO_FRAMES
     crawl_gc_set_immediate_fn(is_immediate);

@@ -36,7 +36,17 @@ typedef struct vm_allocator {
     void *(*alloc)(size_t size);
     void (*release)(void *p);
     int (*check)(const void *addr, size_t size, int is_write);
+    /* with check: 1 if the checker watches p's buffer (NULL: every one);
+     * the VM's own freed-buffer errors stand for the others */
+    int (*covers)(const void *p);
 } vm_allocator;
+
+/* 1 if an allocator's checker reports misuse of the buffer at p itself
+ * (the VM's own "already freed" errors then step aside). */
+static inline int vm_alloc_checks(const vm_allocator *a, const void *p)
+{
+    return a->check && (!a->covers || a->covers(p));
+}
 
 typedef struct vm {
     value *stack;                       /* mmap'ed, unscanned by Boehm */

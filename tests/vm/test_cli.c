@@ -157,6 +157,30 @@ static void test_sanitize_sampled(void **state)
         NULL});
 }
 
+/* --sanitize=sampled, a buffer not sampled (gpa_sample_rate=0): freeing
+ * it twice, or passing it to C once freed, is the VM's own error, as
+ * without the option; it was a real double free (glibc aborted) and a
+ * silent write into freed memory (found by an outside test). */
+static void test_sanitize_sampled_unsampled_buffers(void **state)
+{
+    (void)state;
+    setenv("CRAWL_OPTIONS", "gpa_sample_rate=0", 1);
+    proc p;
+    crawlvm(&p, (const char *[]){"--sanitize=sampled", "-e",
+                                 "(define b (make-buffer 16)) (buffer-free b) (buffer-free b)",
+                                 NULL});
+    EXPECT_EXIT(&p, 1);
+    EXPECT_IN(p.err, "buffer-free: buffer already freed");
+    crawlvm(&p, (const char *[]){"--sanitize=sampled", "-e",
+                                 "(define b (make-buffer 24)) (buffer-free b)"
+                                 " (define memset (ffi-fn \"libc.so.6\" \"memset\" \"p(pii)\"))"
+                                 " (memset b 65 24) (print \"survived\")",
+                                 NULL});
+    unsetenv("CRAWL_OPTIONS");
+    EXPECT_EXIT(&p, 1);
+    EXPECT_IN(p.err, "ffi error: argument 1 of memset is a freed buffer");
+}
+
 /* (gc-roots) and (gc-why obj): crawl-boehm's census and why-alive from a
  * script, naming the script frames' segment and the path to the object. */
 static void test_gc_roots_and_why(void **state)
@@ -630,6 +654,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_usage_and_exit_codes),
+        cmocka_unit_test(test_sanitize_sampled_unsampled_buffers),
         cmocka_unit_test(test_qsort_traceback_precise),
         cmocka_unit_test(test_qsort_traceback_fast),
         cmocka_unit_test(test_script_traceback_without_native),
