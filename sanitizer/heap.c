@@ -304,12 +304,14 @@ static void describe_shadow(uintptr_t a, san_shadow_desc *sh)
     }
 }
 
-static void describe_access(uintptr_t bad, size_t size, int is_write, san_heap_error *e)
+static void describe_access(uintptr_t access, uintptr_t bad, size_t size, int is_write,
+                            san_heap_error *e)
 {
     unsigned char s = *shadow_of(bad);
     if (s > 0 && s < GRANULE)            /* past a granule's addressable prefix: what follows says */
         s = *shadow_of(bad + GRANULE);
-    *e = (san_heap_error){.kind = SAN_HEAP_BAD_ACCESS, .addr = bad, .access_size = size,
+    *e = (san_heap_error){.kind = SAN_HEAP_BAD_ACCESS, .addr = bad, .access = access,
+                          .access_size = size,
                           .is_write = is_write, .in_heap = 1, .has_shadow = 1,
                           .bug = s == SH_FREED ? "heap-use-after-free"
                                  : s == SH_USER ? "use-after-poison"
@@ -455,7 +457,7 @@ int crawl_heap_check(const void *addr, size_t size, int is_write)
             continue;                                  /* within the addressable prefix */
         uintptr_t bad = s < GRANULE && first - g < s ? g + s : first;
         san_heap_error e;
-        describe_access(bad, size, is_write, &e);
+        describe_access(a, bad, size, is_write, &e);
         crawl_regs entry;
         crawl_capture_regs(&entry);
         san_report_heap_error(&entry, &e);

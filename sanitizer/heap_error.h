@@ -38,7 +38,8 @@ typedef enum san_heap_error_kind {
 typedef struct san_heap_error {
     san_heap_error_kind kind;
     const char *bug;                    /* "heap-use-after-free", "heap-buffer-overflow"... */
-    uintptr_t addr;
+    uintptr_t addr;                     /* SAN_HEAP_BAD_ACCESS: its first bad byte */
+    uintptr_t access;                   /* SAN_HEAP_BAD_ACCESS: where the access starts */
     size_t access_size;                 /* SAN_HEAP_BAD_ACCESS */
     int is_write;
     int in_heap;                        /* addr lies in the checked heap's used region */

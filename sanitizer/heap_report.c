@@ -87,13 +87,17 @@ void san_report_heap_error(const crawl_regs *entry, const san_heap_error *e)
     int pid = (int)getpid();
     unsigned long a = (unsigned long)e->addr;
     switch (e->kind) {
-    case SAN_HEAP_BAD_ACCESS:
+    case SAN_HEAP_BAD_ACCESS: {
+        /* the access's start, as AddressSanitizer's headline; the location
+         * line below names its first bad byte */
+        unsigned long start = e->access ? (unsigned long)e->access : a;
         san_printf(r, "==%d==ERROR: AddressSanitizer: %s on address 0x%lx at pc 0x%lx bp 0x%lx sp 0x%lx\n",
-                   pid, e->bug, a, (unsigned long)user.ip, (unsigned long)user.fp,
+                   pid, e->bug, start, (unsigned long)user.ip, (unsigned long)user.fp,
                    (unsigned long)user.sp);
         san_printf(r, "%s of size %zu at 0x%lx thread T%u\n", e->is_write ? "WRITE" : "READ",
-                   e->access_size, a, san_thread_id());
+                   e->access_size, start, san_thread_id());
         break;
+    }
     case SAN_HEAP_DOUBLE_FREE:
         san_printf(r, "==%d==ERROR: AddressSanitizer: attempting double-free on 0x%lx in thread T%u:\n",
                    pid, a, san_thread_id());
