@@ -113,14 +113,20 @@ static void restart_with_preload(char **argv)
     fprintf(stderr, "crawlvm: --heap-profile: cannot restart: %s\n", strerror(errno));
 }
 
-static char *read_file(const char *path)
+/* The script's text, NUL-terminated; NULL with errno set. *nul: the
+ * offset of a NUL byte in it, or -1 (the reader would stop there and the
+ * rest of the script would silently not run). */
+static char *read_file(const char *path, long *nul)
 {
+    *nul = -1;
     FILE *f = fopen(path, "rb");
     if (!f)
         return NULL;
     size_t cap = 4096, len = 0;
     char *buf = malloc(cap);
     size_t n;
+    int read_errno = 0;
+    errno = 0;
     while (buf && (n = fread(buf + len, 1, cap - len - 1, f)) > 0) {
         len += n;
         if (len + 1 == cap) {
@@ -133,13 +139,18 @@ static char *read_file(const char *path)
         }
     }
     int err = ferror(f);
+    if (err)
+        read_errno = errno ? errno : EIO;   /* (a directory: EISDIR, not "I/O error") */
     fclose(f);
     if (!buf || err) {
         free(buf);
-        errno = err ? EIO : ENOMEM;
+        errno = err ? read_errno : ENOMEM;
         return NULL;
     }
     buf[len] = '\0';
+    const char *z = memchr(buf, '\0', len);
+    if (z)
+        *nul = (long)(z - buf);
     return buf;
 }
 
@@ -224,8 +235,13 @@ int main(int argc, char **argv)
         return 2;
     }
     char *source = NULL;
-    if (file && !(source = read_file(file))) {
+    long nul = -1;
+    if (file && !(source = read_file(file, &nul))) {
         fprintf(stderr, "crawlvm: cannot read '%s': %s\n", file, strerror(errno));
+        return 2;
+    }
+    if (nul >= 0) {
+        fprintf(stderr, "crawlvm: '%s' holds a NUL byte at offset %ld: not a script\n", file, nul);
         return 2;
     }
 

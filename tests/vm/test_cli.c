@@ -103,6 +103,24 @@ static void test_usage_and_exit_codes(void **state)
     crawlvm(&p, (const char *[]){"/no/such/script.crawl", NULL});
     EXPECT_EXIT(&p, 2);
     EXPECT_IN(p.err, "crawlvm: cannot read '/no/such/script.crawl': No such file or directory");
+    /* a directory said "Input/output error"; a NUL byte ended the script
+     * there, silently (found by an outside test) */
+    char dir[] = "/tmp/crawlvm-cli-XXXXXX", nul_path[64];
+    assert_non_null(mkdtemp(dir));
+    crawlvm(&p, (const char *[]){dir, NULL});
+    EXPECT_EXIT(&p, 2);
+    EXPECT_IN(p.err, "': Is a directory");
+    snprintf(nul_path, sizeof nul_path, "%s/nul.crawl", dir);
+    FILE *nf = fopen(nul_path, "wb");
+    assert_non_null(nf);
+    fwrite("(print 1)\0(print 2)\n", 1, 20, nf);
+    fclose(nf);
+    crawlvm(&p, (const char *[]){nul_path, NULL});
+    unlink(nul_path);
+    rmdir(dir);
+    EXPECT_EXIT(&p, 2);
+    EXPECT_IN(p.err, "nul.crawl' holds a NUL byte at offset 9: not a script");
+    assert_string_equal(p.out, "");
     crawlvm(&p, (const char *[]){"-e", "(print (+ 40 2))", NULL});
     EXPECT_EXIT(&p, 0);
     assert_string_equal(p.out, "42\n");
