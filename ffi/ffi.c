@@ -301,6 +301,11 @@ char crawl_ffi_closure_arg_type(const crawl_ffi_closure *c, unsigned i)
     return i < c->sig.nargs ? c->sig.args[i] : 0;
 }
 
+void crawl_ffi_closure_set_target(crawl_ffi_closure *c, const void *target)
+{
+    c->target = target;
+}
+
 void crawl_ffi_closure_free(crawl_ffi_closure *c)
 {
     if (c) {

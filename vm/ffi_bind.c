@@ -2,6 +2,9 @@
  * crawlvm values and C through crawl-ffi (calls inside transition Frames,
  * callbacks inside entry Frames). */
 #include <gc/gc.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -144,17 +147,48 @@ value vm_call_ffi(vm_state *vm, ffi_obj *f, int argc, value *argv)
  * recurses in C: stop with a script error while some stack is left. */
 #define CALLBACK_STACK_RESERVE (256 * 1024)
 
+/* C may keep a callback's function pointer after the script has dropped
+ * the callback (a handler given to signal(), a library's registry of
+ * listeners) and call it later. So a callback's libffi closure is never
+ * freed: its user pointer is a cell, malloc'ed where Boehm does not look,
+ * that the callback's finalizer empties and puts on a list of dead cells.
+ * A call through an empty cell warns and returns 0; a new callback with
+ * the same signature string takes a dead cell and its closure (so the
+ * cells are as many as the most callbacks alive at once, and a stale
+ * pointer called after that reuse runs the new callback, with arguments of
+ * the types its C caller passes: no access to freed memory either way). */
+typedef struct callback_cell {
+    _Atomic(callback_obj *) cb;         /* NULL once the script dropped it */
+    crawl_ffi_closure *c;
+    struct callback_cell *next;         /* on the dead list */
+    char sig[];
+} callback_cell;
+
+static pthread_mutex_t dead_lock = PTHREAD_MUTEX_INITIALIZER;
+static callback_cell *dead_cells;
+
+static void warn_and_return_0(const char *msg, size_t len, crawl_ffi_value *ret)
+{
+    vm_write_all(STDERR_FILENO, msg, len);
+    memset(ret, 0, sizeof *ret);
+}
+
 /* C called a callback: run its VM closure (in a new interpreter segment). */
 static void callback_handler(const crawl_ffi_closure *c, crawl_ffi_value *ret,
                              const crawl_ffi_value *args, void *user)
 {
-    callback_obj *cb = user;
+    callback_obj *cb = atomic_load(&((callback_cell *)user)->cb);
+    if (!cb) {
+        static const char msg[] = "crawlvm: a callback was called after the script dropped it "
+                                  "(the GC freed it); returning 0\n";
+        warn_and_return_0(msg, sizeof msg - 1, ret);
+        return;
+    }
     vm_state *vm = cb->handle->vm;
     if (!vm) {
         static const char msg[] = "crawlvm: a callback was called after its VM was freed; "
                                   "returning 0\n";
-        vm_write_all(STDERR_FILENO, msg, sizeof msg - 1);
-        memset(ret, 0, sizeof *ret);
+        warn_and_return_0(msg, sizeof msg - 1, ret);
         return;
     }
     uintptr_t lo, hi, here = (uintptr_t)&lo;
@@ -173,7 +207,26 @@ static void callback_handler(const crawl_ffi_closure *c, crawl_ffi_value *ret,
 static void GC_CALLBACK finalize_callback(void *o, void *unused)
 {
     (void)unused;
-    crawl_ffi_closure_free(((callback_obj *)o)->c);
+    callback_cell *cell = ((callback_obj *)o)->cell;
+    atomic_store(&cell->cb, NULL);
+    pthread_mutex_lock(&dead_lock);
+    cell->next = dead_cells;
+    dead_cells = cell;
+    pthread_mutex_unlock(&dead_lock);
+}
+
+/* A dead cell for signature sig, taken off the list; NULL if none */
+static callback_cell *reuse_cell(const char *sig)
+{
+    pthread_mutex_lock(&dead_lock);
+    callback_cell **at = &dead_cells;
+    while (*at && strcmp((*at)->sig, sig) != 0)
+        at = &(*at)->next;
+    callback_cell *cell = *at;
+    if (cell)
+        *at = cell->next;
+    pthread_mutex_unlock(&dead_lock);
+    return cell;
 }
 
 VM_BUILTIN(b_ffi_callback)
@@ -188,11 +241,27 @@ VM_BUILTIN(b_ffi_callback)
     cb->h.type = T_CALLBACK;
     cb->closure = argv[0];
     cb->handle = vm->handle;
-    char err[300];
-    /* the closure's user pointer is not seen by Boehm: the script keeps cb alive */
-    cb->c = crawl_ffi_closure_new(sig, callback_handler, cb, ((closure *)argv[0])->p, err, sizeof err);
-    if (!cb->c)
-        vm_error(vm, "ffi error: %s", err);
+    const void *target = ((closure *)argv[0])->p;
+    callback_cell *cell = reuse_cell(sig);
+    if (cell)
+        crawl_ffi_closure_set_target(cell->c, target);
+    else {
+        size_t n = strlen(sig) + 1;
+        cell = malloc(sizeof *cell + n);
+        if (!cell)
+            vm_error(vm, "out of memory");
+        memcpy(cell->sig, sig, n);
+        char err[300];
+        cell->c = crawl_ffi_closure_new(sig, callback_handler, cell, target, err, sizeof err);
+        if (!cell->c) {
+            free(cell);
+            vm_error(vm, "ffi error: %s", err);
+        }
+    }
+    cb->c = cell->c;
+    cb->cell = cell;
+    /* (the cell is not seen by Boehm: the script keeps cb alive) */
+    atomic_store(&cell->cb, cb);
     GC_REGISTER_FINALIZER(cb, finalize_callback, NULL, NULL, NULL);
     return (value)cb;
 }

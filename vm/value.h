@@ -115,6 +115,7 @@ typedef struct vm_handle {
 typedef struct callback_obj {
     obj h;
     crawl_ffi_closure *c;
+    struct callback_cell *cell;         /* the closure's user pointer (ffi_bind.c) */
     value closure;                      /* the VM closure it calls */
     vm_handle *handle;
 } callback_obj;

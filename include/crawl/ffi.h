@@ -77,6 +77,10 @@ CRAWL_API unsigned crawl_ffi_closure_nargs(const crawl_ffi_closure *c);
 CRAWL_API char crawl_ffi_closure_arg_type(const crawl_ffi_closure *c, unsigned i);
 CRAWL_API char crawl_ffi_closure_ret_type(const crawl_ffi_closure *c);
 CRAWL_API void crawl_ffi_closure_free(crawl_ffi_closure *c);
+/* Change what c's entry Frame reports as its method (a closure reused for
+ * another VM function). Not safe against a call of c running meanwhile in
+ * another thread; no allocation. */
+CRAWL_API void crawl_ffi_closure_set_target(crawl_ffi_closure *c, const void *target);
 
 /* The Frame types crawl-ffi pushes (to recognise them in walks). */
 CRAWL_API extern const crawl_frame_type crawl_ffi_call_type;      /* a transition */

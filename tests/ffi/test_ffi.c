@@ -118,9 +118,10 @@ static unsigned find(const char *prefix, unsigned from)
 NOINLINE static void sort_through_ffi(int *v, size_t n, int *calls)
 {
     char err[256];
-    crawl_ffi_closure *cmp = crawl_ffi_closure_new("i(pp)", compare_handler, calls, target, err,
-                                                  sizeof err);
+    crawl_ffi_closure *cmp = crawl_ffi_closure_new("i(pp)", compare_handler, calls, "a former one",
+                                                  err, sizeof err);
     assert_non_null(cmp);
+    crawl_ffi_closure_set_target(cmp, target);   /* what the entry Frame reports from now on */
     assert_int_equal(crawl_ffi_closure_nargs(cmp), 2);
     assert_int_equal(crawl_ffi_closure_arg_type(cmp, 1), 'p');
     assert_int_equal(crawl_ffi_closure_ret_type(cmp), 'i');

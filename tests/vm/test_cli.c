@@ -442,6 +442,31 @@ static void test_callback_limits(void **state)
                                  NULL});
     EXPECT_EXIT(&p, 0);
     EXPECT_IN(p.err, "crawlvm: a callback was called after its VM was freed; returning 0");
+    /* C keeps a callback the script dropped (a signal handler here) and
+     * calls it after the GC freed it: a warning, not a call into freed
+     * memory (it was: SIGSEGV); once a new callback of the same signature
+     * reuses its closure, the new one runs */
+    static const char drop[] =
+        "(define sig (ffi-fn nil \"signal\" \"p(ip)\"))\n"
+        "(define raise (ffi-fn nil \"raise\" \"i(i)\"))\n"
+        "(define (install) (sig 10 (ffi-callback (lambda (n) (print \"old\" n)) \"v(i)\")) 0)\n"
+        "(install)\n"
+        "(define (churn n) (if (> n 0) (begin (vector 1 2 3) (churn (- n 1))) 0))\n"
+        "(gc) (churn 10000) (gc) (churn 10000)\n";
+    char script[2048];
+    snprintf(script, sizeof script, "%s(raise 10)\n(print \"after\")\n", drop);
+    crawlvm(&p, (const char *[]){"-e", script, NULL});
+    EXPECT_EXIT(&p, 0);
+    assert_string_equal(p.out, "after\n");
+    EXPECT_IN(p.err, "crawlvm: a callback was called after the script dropped it (the GC freed "
+                     "it); returning 0");
+    snprintf(script, sizeof script,
+             "%s(define keep (ffi-callback (lambda (n) (print \"new\" n)) \"v(i)\"))\n"
+             "(raise 10)\n",
+             drop);
+    crawlvm(&p, (const char *[]){"-e", script, NULL});
+    EXPECT_EXIT(&p, 0);
+    assert_string_equal(p.out, "new 10\n");
 }
 
 /* Every example script runs as its comments say. */
