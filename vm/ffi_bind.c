@@ -125,7 +125,14 @@ static value from_c(vm_state *vm, crawl_ffi_value c, char type, const char *who)
             vm_error(vm, "ffi error: result of %s (%g) is not a number in the integer range",
                      who, c.d);
         return vm_int_result(vm, (long long)c.d, who);
-    case 's': return c.s ? vm_make_string(c.s, strlen(c.s)) : V_NIL;
+    case 's': {
+        if (!c.s)
+            return V_NIL;
+        size_t n = strlen(c.s);
+        if (n > VM_STRING_MAX)
+            vm_error(vm, "ffi error: the string %s returned is longer than a string holds", who);
+        return vm_make_string(c.s, n);
+    }
     default: return make_pointer(vm, c.p);
     }
 }

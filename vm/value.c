@@ -1,5 +1,6 @@
 /* Values: construction, type names, printing. */
 #include <gc/gc.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -67,65 +68,105 @@ const char *vm_type_name(value v)
 #define MAX_PRINT_DEPTH 64
 #define MAX_PRINT_ELEMENTS 100000
 
-static int format_at(value v, char *buf, size_t len, int quote, int depth, unsigned *left);
+/* The text being formatted: what fits of it in buf[0..len), NUL-terminated
+ * there, and its whole length in n (size_t: a string may be longer than an
+ * int counts, and may hold NUL bytes). */
+typedef struct text {
+    char *buf;
+    size_t len, n;
+} text;
 
-int vm_format_value(value v, char *buf, size_t len, int quote)
+static void cat(text *t, const char *s, size_t k)
 {
-    unsigned left = MAX_PRINT_ELEMENTS;
-    return format_at(v, buf, len, quote, 0, &left);
+    if (t->n + 1 < t->len) {
+        size_t room = t->len - 1 - t->n;
+        memcpy(t->buf + t->n, s, k < room ? k : room);
+    }
+    t->n += k;
 }
 
-static int format_at(value v, char *buf, size_t len, int quote, int depth, unsigned *left)
+static void catf(text *t, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void catf(text *t, const char *fmt, ...)
 {
-    if (*left == 0)
-        return snprintf(buf, len, "...");
-    --*left;
-    if (IS_FIX(v))
-        return snprintf(buf, len, "%ld", (long)FIXVAL(v));
-    switch (v) {
-    case V_NIL: return snprintf(buf, len, "nil");
-    case V_TRUE: return snprintf(buf, len, "#t");
-    case V_FALSE: return snprintf(buf, len, "#f");
+    char piece[512];                     /* (the longest: a function's or native's name) */
+    va_list ap;
+    va_start(ap, fmt);
+    int k = vsnprintf(piece, sizeof piece, fmt, ap);
+    va_end(ap);
+    if (k > 0)
+        cat(t, piece, (size_t)k < sizeof piece ? (size_t)k : sizeof piece - 1);
+}
+
+static void format_at(value v, text *t, int quote, int depth, unsigned *left);
+
+size_t vm_format_value(value v, char *buf, size_t len, int quote)
+{
+    unsigned left = MAX_PRINT_ELEMENTS;
+    text t = {buf, len, 0};
+    format_at(v, &t, quote, 0, &left);
+    if (len)
+        buf[t.n < len ? t.n : len - 1] = '\0';
+    return t.n;
+}
+
+static void format_at(value v, text *t, int quote, int depth, unsigned *left)
+{
+    if (*left == 0) {
+        cat(t, "...", 3);
+        return;
     }
-    if (!IS_OBJ(v))
-        return snprintf(buf, len, "#<?>");
+    --*left;
+    if (IS_FIX(v)) {
+        catf(t, "%ld", (long)FIXVAL(v));
+        return;
+    }
+    switch (v) {
+    case V_NIL: cat(t, "nil", 3); return;
+    case V_TRUE: cat(t, "#t", 2); return;
+    case V_FALSE: cat(t, "#f", 2); return;
+    }
+    if (!IS_OBJ(v)) {
+        cat(t, "#<?>", 4);
+        return;
+    }
     switch (vm_obj_type(v)) {
     case T_STRING:
-        return snprintf(buf, len, quote ? "\"%s\"" : "%s", ((vstring *)v)->s);
+        if (quote)
+            cat(t, "\"", 1);
+        cat(t, ((vstring *)v)->s, ((vstring *)v)->len);
+        if (quote)
+            cat(t, "\"", 1);
+        return;
     case T_VECTOR: {
-        /* like snprintf, return the full length even when buf is too small */
         vvector *vec = (vvector *)v;
-        if (depth >= MAX_PRINT_DEPTH)
-            return snprintf(buf, len, "[...]");
-#define REST (n < len ? buf + n : NULL), (n < len ? len - n : 0)
-        size_t n = (size_t)snprintf(buf, len, "[");
+        if (depth >= MAX_PRINT_DEPTH) {
+            cat(t, "[...]", 5);
+            return;
+        }
+        cat(t, "[", 1);
         for (uint32_t i = 0; i < vec->len; i++) {
             if (i)
-                n += (size_t)snprintf(REST, " ");
+                cat(t, " ", 1);
             if (*left == 0) {
-                n += (size_t)snprintf(REST, "...");
+                cat(t, "...", 3);
                 break;
             }
-            n += (size_t)format_at(vec->items[i], REST, 1, depth + 1, left);
+            format_at(vec->items[i], t, 1, depth + 1, left);
         }
-        n += (size_t)snprintf(REST, "]");
-#undef REST
-        return (int)n;
+        cat(t, "]", 1);
+        return;
     }
-    case T_CLOSURE:
-        return snprintf(buf, len, "#<function %s>", ((closure *)v)->p->name);
-    case T_BUILTIN:
-        return snprintf(buf, len, "#<builtin %s>", ((builtin *)v)->name);
-    case T_FFI:
-        return snprintf(buf, len, "#<native %s>", crawl_ffi_name(((ffi_obj *)v)->fn));
+    case T_CLOSURE: catf(t, "#<function %s>", ((closure *)v)->p->name); return;
+    case T_BUILTIN: catf(t, "#<builtin %s>", ((builtin *)v)->name); return;
+    case T_FFI: catf(t, "#<native %s>", crawl_ffi_name(((ffi_obj *)v)->fn)); return;
     case T_CALLBACK:
-        return snprintf(buf, len, "#<callback %p>", crawl_ffi_closure_code(((callback_obj *)v)->c));
+        catf(t, "#<callback %p>", crawl_ffi_closure_code(((callback_obj *)v)->c));
+        return;
     case T_BUFFER:
-        return snprintf(buf, len, "#<buffer %zu bytes%s>", ((buffer_obj *)v)->size,
-                        ((buffer_obj *)v)->freed ? ", freed" : "");
-    case T_POINTER:
-        return snprintf(buf, len, "#<pointer %p>", ((pointer_obj *)v)->p);
-    default:
-        return snprintf(buf, len, "#<%s>", vm_type_name(v));
+        catf(t, "#<buffer %zu bytes%s>", ((buffer_obj *)v)->size,
+             ((buffer_obj *)v)->freed ? ", freed" : "");
+        return;
+    case T_POINTER: catf(t, "#<pointer %p>", ((pointer_obj *)v)->p); return;
+    default: catf(t, "#<%s>", vm_type_name(v)); return;
     }
 }

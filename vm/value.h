@@ -48,6 +48,7 @@ typedef struct obj {
     uint32_t type;
 } obj;
 
+#define VM_STRING_MAX UINT32_MAX         /* bytes a string holds at most */
 typedef struct vstring {
     obj h;
     uint32_t len;
@@ -139,7 +140,8 @@ static inline int vm_is_type(value v, otype t) { return IS_OBJ(v) && vm_obj_type
 value vm_make_string(const char *s, size_t len);
 value vm_make_vector(uint32_t len, value init);
 const char *vm_type_name(value v);
-/* Write a printable form of v into buf (snprintf-like). */
-int vm_format_value(value v, char *buf, size_t len, int quote);
+/* Write a printable form of v into buf (snprintf-like: what fits, NUL-
+ * terminated; returns the whole form's length). */
+size_t vm_format_value(value v, char *buf, size_t len, int quote);
 
 #endif

@@ -211,6 +211,44 @@ static void test_review_regressions(void **state)
     expect_out("(print (equal? \"a\\0b\" \"a\\0c\") (equal? \"a\\0b\" \"a\\0b\"))", "#f #t\n");
 }
 
+/* Found by an outside test of hostile scripts. */
+static void test_outside_regressions(void **state)
+{
+    (void)state;
+    /* strings print whole, NUL bytes included (printing stopped at the
+     * first: "a" and ["c"]) */
+    run_result r;
+    run(vm, "(print \"a\\0b\" (vector \"c\\0d\"))", &r);
+    assert_int_equal(r.rc, 0);
+    static const char want[] = "a\0b [\"c\0d\"]\n";
+    assert_int_equal(r.out_len, sizeof want - 1);
+    assert_memory_equal(r.out, want, sizeof want - 1);
+    /* a string longer than an int counts formats to its whole length (the
+     * int lengths came out negative); only what fits is read, so a header
+     * that claims 3 GiB over 64 bytes is enough here */
+    vstring *big = malloc(sizeof *big + 64);
+    big->h.type = T_STRING;
+    big->len = 3000000000u;
+    memset(big->s, 'x', 64);
+    char buf[16];
+    assert_int_equal(vm_format_value((value)big, buf, sizeof buf, 1), 3000000002u);
+    assert_string_equal(buf, "\"xxxxxxxxxxxxxx");
+    free(big);
+    /* peek-i32 at an address that is not mapped, or an index whose byte
+     * offset overflows, is a script error (both ended in SIGSEGV; the
+     * second was signed overflow under UBSan) */
+    static const char peek[] = "(define m (ffi-fn nil \"malloc\" \"p(z)\")) (define p (m 16)) ";
+    char src[256];
+    snprintf(src, sizeof src, "%s(peek-i32 p 1000000000000)", peek);
+    expect_error(src, "error: peek-i32: cannot read 4 bytes at 0x");
+    snprintf(src, sizeof src, "%s(peek-i32 p 4611686018427387903)", peek);
+    expect_error(src, "error: peek-i32: index 4611686018427387903 out of range");
+    snprintf(src, sizeof src, "%s(peek-i32 p -4611686018427387904)", peek);
+    expect_error(src, "error: peek-i32: index -4611686018427387904 out of range");
+    expect_error("(peek-i32 ((ffi-fn nil \"strtoul\" \"p(spi)\") \"8\" nil 10))",
+                 "error: peek-i32: cannot read 4 bytes at 0x8");
+}
+
 static void test_deep_nesting_is_refused(void **state)
 {
     (void)state;
@@ -308,6 +346,7 @@ int main(void)
         cmocka_unit_test(test_syntax_errors),
         cmocka_unit_test(test_backtrace_builtin),
         cmocka_unit_test(test_review_regressions),
+        cmocka_unit_test(test_outside_regressions),
         cmocka_unit_test(test_deep_nesting_is_refused),
         cmocka_unit_test(test_vm_call_builtin_roots_its_arguments),
         cmocka_unit_test(test_vm_call_and_op_call_say_the_same),

@@ -22,13 +22,14 @@ vm_state *test_vm(int install_adapter)
     return vm;
 }
 
-static void drain(int fd, char *buf, size_t len)
+static size_t drain(int fd, char *buf, size_t len)
 {
     size_t used = 0;
     ssize_t n;
     while (used + 1 < len && (n = read(fd, buf + used, len - 1 - used)) > 0)
         used += (size_t)n;
     buf[used] = '\0';
+    return used;
 }
 
 /* Output goes to temporary files: a pipe could fill up and block. */
@@ -45,7 +46,7 @@ void run(vm_state *vm, const char *src, run_result *r)
     vm->out_fd = STDOUT_FILENO;
     lseek(fileno(out), 0, SEEK_SET);
     lseek(fileno(err), 0, SEEK_SET);
-    drain(fileno(out), r->out, sizeof r->out);
+    r->out_len = drain(fileno(out), r->out, sizeof r->out);
     drain(fileno(err), r->err, sizeof r->err);
     fclose(out);
     fclose(err);

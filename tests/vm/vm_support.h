@@ -10,6 +10,7 @@
 typedef struct run_result {
     int rc;                             /* vm_eval's */
     char out[8192];                     /* print/display/backtrace output */
+    size_t out_len;                     /* its bytes (it may hold NUL bytes) */
     char err[8192];                     /* tracebacks and error lines */
     value result;
 } run_result;
