@@ -198,6 +198,14 @@ static void callback_handler(const crawl_ffi_closure *c, crawl_ffi_value *ret,
         warn_and_return_0(msg, sizeof msg - 1, ret);
         return;
     }
+    if (!pthread_equal(pthread_self(), vm->owner)) {
+        /* (the VM is not thread-safe, and Boehm aborts on an allocation
+         * from a thread it does not know) */
+        static const char msg[] = "crawlvm: a callback was called on a thread other than its "
+                                  "VM's; returning 0\n";
+        warn_and_return_0(msg, sizeof msg - 1, ret);
+        return;
+    }
     uintptr_t lo, hi, here = (uintptr_t)&lo;
     if (crawl_thread_stack_bounds(&lo, &hi) == 0 && here - lo < CALLBACK_STACK_RESERVE)
         vm_error(vm, "stack overflow (native code and callbacks nested too deep)");

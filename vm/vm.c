@@ -70,6 +70,7 @@ vm_state *vm_new(void)
     v->ci = reserve(CALL_DEPTH * sizeof(callinfo));
     v->alloc = (vm_allocator){plain_alloc, plain_release, NULL, NULL};
     v->out_fd = STDOUT_FILENO;
+    v->owner = pthread_self();
 #ifndef CRAWLVM_NO_FRAMES
     crawl_gc_set_immediate_fn(is_immediate);
 #endif

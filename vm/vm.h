@@ -9,6 +9,7 @@
 #define CRAWLVM_VM_H
 
 #include <crawl/crawl.h>
+#include <pthread.h>
 #include <setjmp.h>
 
 #include "vm/value.h"
@@ -69,11 +70,14 @@ typedef struct vm {
     vm_allocator alloc;
     int out_fd;                         /* where print and backtrace write */
     vm_handle *handle;
+    pthread_t owner;                    /* the thread that made it: the only one it runs on */
 } vm_state;
 
 /* ---- the embedding API (vm/vm.c) ------------------------------------------ */
 /* A VM with no globals: open the builtins it should have (vm_open_libs for
- * all of them, builtins.h), as Lua's luaL_openlibs. NULL when out of memory. */
+ * all of them, builtins.h), as Lua's luaL_openlibs. NULL when out of memory.
+ * The VM runs on the calling thread only: a callback that C calls on
+ * another thread warns and returns 0 without running. */
 vm_state *vm_new(void);
 void vm_free(vm_state *vm);
 /* Compile and run source; 0, or -1 with vm->error set (the traceback has

@@ -467,6 +467,22 @@ static void test_callback_limits(void **state)
     crawlvm(&p, (const char *[]){"-e", script, NULL});
     EXPECT_EXIT(&p, 0);
     assert_string_equal(p.out, "new 10\n");
+    /* a callback C calls on a thread of its own (a thread's start routine
+     * here) does not run: Boehm aborted ("Collecting from unknown thread") */
+    crawlvm(&p, (const char *[]){"-e",
+                                 "(define pc (ffi-fn nil \"pthread_create\" \"i(pppp)\"))\n"
+                                 "(define pj (ffi-fn nil \"pthread_join\" \"i(Lp)\"))\n"
+                                 "(define tid (make-buffer 8))\n"
+                                 "(define cb (ffi-callback (lambda (a) (print \"ran\") (gc) nil) "
+                                 "\"p(p)\"))\n"
+                                 "(print \"create\" (pc tid nil cb nil))\n"
+                                 "(define (u32 x) (if (< x 0) (+ x 4294967296) x))\n"
+                                 "(print \"join\" (pj (+ (u32 (buffer-i32-ref tid 0))\n"
+                                 "                    (* (buffer-i32-ref tid 1) 4294967296)) nil))\n",
+                                 NULL});
+    EXPECT_EXIT(&p, 0);
+    assert_string_equal(p.out, "create 0\njoin 0\n");
+    EXPECT_IN(p.err, "crawlvm: a callback was called on a thread other than its VM's; returning 0");
 }
 
 /* Every example script runs as its comments say. */
