@@ -71,6 +71,9 @@ typedef struct vm {
     int out_fd;                         /* where print and backtrace write */
     vm_handle *handle;
     pthread_t owner;                    /* the thread that made it: the only one it runs on */
+    /* native buffers' bytes, which Boehm does not see: a collection is
+     * forced when they pass native_next_gc (buffer pacing, builtins.c) */
+    size_t native_live, native_next_gc;
 } vm_state;
 
 /* ---- the embedding API (vm/vm.c) ------------------------------------------ */
