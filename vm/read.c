@@ -44,10 +44,12 @@ static node *new_node(nkind kind, int line, int col)
     return n;
 }
 
+/* (the items array doubles, from 8: its capacity is implied by nitems) */
 static void push_item(node *list, node *item)
 {
-    if (list->nitems % 8 == 0) {
-        node **items = realloc(list->items, (size_t)(list->nitems + 8) * sizeof *items);
+    size_t n = (size_t)list->nitems;
+    if (n == 0 || (n >= 8 && (n & (n - 1)) == 0)) {
+        node **items = realloc(list->items, (n ? 2 * n : 8) * sizeof *items);
         if (!items) {
             fprintf(stderr, "crawlvm: out of memory\n");
             exit(70);

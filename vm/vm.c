@@ -1,5 +1,6 @@
 /* The VM object: stacks, globals, evaluation and its errors, calls from C. */
 #include <gc/gc.h>
+#include <limits.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -87,20 +88,48 @@ void vm_free(vm_state *v)
     for (int i = 0; i < v->nglobals; i++)
         free((void *)v->global_names[i]);
     free(v->global_names);
+    free(v->global_slots);
     GC_FREE(v->globals);
     free(v);
 }
 
+/* Globals by name through an open-addressed hash of their indices (a
+ * linear search made 100,000 defines take 22 s). */
+static size_t name_hash(const char *s)
+{
+    size_t h = 1469598103934665603u;     /* FNV-1a */
+    for (; *s; s++)
+        h = (h ^ (unsigned char)*s) * 1099511628211u;
+    return h;
+}
+
+/* The hash slot of name: its global's, or the empty one where it goes */
+static size_t global_slot(const vm_state *v, const char *name)
+{
+    size_t mask = 2 * (size_t)v->globals_cap - 1;
+    size_t i = name_hash(name) & mask;
+    while (v->global_slots[i] && strcmp(v->global_names[v->global_slots[i] - 1], name) != 0)
+        i = (i + 1) & mask;
+    return i;
+}
+
 int vm_global_index(vm_state *v, const char *name)
 {
-    for (int i = 0; i < v->nglobals; i++)
-        if (strcmp(v->global_names[i], name) == 0)
-            return i;
+    if (v->globals_cap) {
+        int at = v->global_slots[global_slot(v, name)];
+        if (at)
+            return at - 1;
+    }
     if (v->nglobals == v->globals_cap) {
+        if (v->globals_cap > INT_MAX / 4) {
+            fprintf(stderr, "crawlvm: too many global variables\n");
+            exit(70);
+        }
         int cap = v->globals_cap ? v->globals_cap * 2 : 64;
         value *g = GC_MALLOC_UNCOLLECTABLE((size_t)cap * sizeof *g);
         const char **names = realloc(v->global_names, (size_t)cap * sizeof *names);
-        if (!g || !names) {
+        int *slots = calloc(2 * (size_t)cap, sizeof *slots);
+        if (!g || !names || !slots) {
             fprintf(stderr, "crawlvm: out of memory\n");
             exit(70);
         }
@@ -110,8 +139,18 @@ int vm_global_index(vm_state *v, const char *name)
         v->globals = g;
         v->global_names = names;
         v->globals_cap = cap;
+        free(v->global_slots);
+        v->global_slots = slots;
+        for (int i = 0; i < v->nglobals; i++)
+            v->global_slots[global_slot(v, v->global_names[i])] = i + 1;
     }
-    v->global_names[v->nglobals] = strdup(name);
+    char *copy = strdup(name);
+    if (!copy) {
+        fprintf(stderr, "crawlvm: out of memory\n");
+        exit(70);
+    }
+    v->global_names[v->nglobals] = copy;
+    v->global_slots[global_slot(v, copy)] = v->nglobals + 1;
     v->globals[v->nglobals] = V_UNBOUND;
     return v->nglobals++;
 }
@@ -124,10 +163,8 @@ void vm_set_global(vm_state *v, const char *name, value val)
 
 value vm_get_global(vm_state *v, const char *name)
 {
-    for (int i = 0; i < v->nglobals; i++)
-        if (strcmp(v->global_names[i], name) == 0)
-            return v->globals[i];
-    return V_UNBOUND;
+    int at = v->globals_cap ? v->global_slots[global_slot(v, name)] : 0;
+    return at ? v->globals[at - 1] : V_UNBOUND;
 }
 
 value vm_call(vm_state *v, value fn, int argc, const value *argv)

@@ -58,6 +58,7 @@ typedef struct vm {
     value *globals;                     /* GC_MALLOC_UNCOLLECTABLE */
     const char **global_names;
     int nglobals, globals_cap;
+    int *global_slots;                  /* hash of names: index + 1, 0 empty; 2 * globals_cap */
     unsigned walk_flags;                /* CRAWL_WALK_FAST or 0 */
     int native_traces;                  /* --native */
     int withhold_roots;                 /* tests: don't report value-stack roots (prove they matter) */
