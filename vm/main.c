@@ -88,6 +88,14 @@ static int sampled_covers(const void *p) { return crawl_gpa_owns(p); }
  * only on failure (after saying why). */
 static void restart_with_preload(char **argv)
 {
+    /* Under AddressSanitizer its runtime must come first in the library
+     * list, where its malloc would shadow the preload's: the restarted
+     * program died at start ("ASan runtime does not come first") */
+    if (dlsym(RTLD_DEFAULT, "__asan_init")) {
+        fprintf(stderr, "crawlvm: --heap-profile does not work in a build with "
+                        "AddressSanitizer (whose malloc the preload cannot replace)\n");
+        return;
+    }
     Dl_info info;
     char path[4096];
     if (!dladdr((void *)crawl_heap_profile_start, &info) || !info.dli_fname) {

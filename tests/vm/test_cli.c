@@ -565,6 +565,27 @@ static void run_with_stack(proc *p, const char *path, rlim_t stack_kib)
     run_with_limit(p, (const char *[]){path, NULL}, RLIMIT_STACK, stack_kib);
 }
 
+/* In a build with AddressSanitizer, --heap-profile says it cannot work
+ * (the restarted program died: "ASan runtime does not come first");
+ * elsewhere tests/preload/heap.sh runs it. */
+static void test_heap_profile_under_asan(void **state)
+{
+    (void)state;
+#if defined(__SANITIZE_ADDRESS__)
+    char path[] = "/tmp/crawlvm-hp-XXXXXX";
+    int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    close(fd);
+    proc p;
+    crawlvm(&p, (const char *[]){"--heap-profile", path, "-e", "(print 1)", NULL});
+    unlink(path);
+    EXPECT_EXIT(&p, 2);
+    EXPECT_IN(p.err, "crawlvm: --heap-profile does not work in a build with AddressSanitizer");
+#else
+    skip();
+#endif
+}
+
 /* Buffers a script drops are freed by collections the VM forces for them
  * (Boehm does not see their malloc'ed memory: 40 dropped 64 MiB buffers
  * made 2.6 GiB with no collection): 1 GiB of dropped 32 MiB buffers runs
@@ -753,6 +774,7 @@ int main(void)
         cmocka_unit_test(test_sanitize_overflow_and_go_on),
         cmocka_unit_test(test_deep_nesting_small_stack),
         cmocka_unit_test(test_dropped_buffers_are_collected),
+        cmocka_unit_test(test_heap_profile_under_asan),
         cmocka_unit_test(test_sigquit_thread_dump),
         cmocka_unit_test(test_cpu_profile),
     };
