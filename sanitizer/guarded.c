@@ -24,6 +24,7 @@
 
 #include <crawl/guarded.h>
 
+#include "sanitizer/heap_profile_internal.h"
 #include "sanitizer/internal.h"
 
 #define TRACE_BYTES 256                  /* per stack, compressed */
@@ -314,11 +315,16 @@ void *crawl__gpa_allocate_from(size_t size, size_t alignment, const crawl_regs *
 static void *allocate_in(size_t size, size_t alignment, const crawl_regs *from);
 
 /* errno as the caller left it: a sample's capture and symbolization reach
- * files and libdw, and a program's malloc must not change errno */
+ * files and libdw, and a program's malloc must not change errno. The
+ * allocations made meanwhile (libdw compiling CFI, glibc's fopen when the
+ * thread is first attached) are crawl's: out of the heap profile, and off
+ * the thread's sampling countdown (the first sample took 11 MB off it, and
+ * the program's next allocation was sampled early). */
 static void *allocate(size_t size, size_t alignment, const crawl_regs *from)
 {
-    int e = errno;
+    int e = errno, was = hp_inside_enter();
     void *p = allocate_in(size, alignment, from);
+    hp_inside_leave(was);
     errno = e;
     return p;
 }
@@ -438,8 +444,9 @@ static void deallocate_in(void *p, const crawl_regs *from);
 
 static void deallocate(void *p, const crawl_regs *from)
 {
-    int e = errno;
+    int e = errno, was = hp_inside_enter();
     deallocate_in(p, from);
+    hp_inside_leave(was);
     errno = e;
 }
 
