@@ -259,9 +259,10 @@ CRAWL_API crawl_heap_format crawl_heap_format_for(const char *path);
  * reached is a leak: "direct" when no other leaked chunk points to it,
  * "indirect" otherwise (a chunk's pointers to itself do not count). Other
  * attached threads give their stack pointer and every general-purpose
- * register through crawl's walk signal (crawl_walk_thread; one that blocks it
- * is asked once it unblocks, waited for up to 50 ms, and one that still blocks
- * it or does not answer within 200 ms has its whole stack scanned). They are not stopped while
+ * register through crawl's walk signal (crawl_walk_thread; those that block
+ * it are asked last, each once it unblocks, all within 50 ms, and one that
+ * still blocks it or does not answer within 200 ms has its whole stack
+ * scanned). They are not stopped while
  * the scan runs: memory they may unmap meanwhile is read through
  * process_vm_readv, never faulting. The report, grouped by allocation
  * stack, goes to fd (-1: the sanitizer's log_path), in LeakSanitizer's
