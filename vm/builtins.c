@@ -52,12 +52,14 @@ static void out(vm_state *vm, const char *s, size_t n)
 
 /* The printed form of v: in small when it fits, else in malloc'ed memory
  * (free it when it is not small). */
-static char *formatted(vm_state *vm, value v, char *small, size_t len, size_t *n)
+static char *formatted(vm_state *vm, value v, char *small, size_t len, size_t *n, size_t max)
 {
     size_t need = vm_format_value(v, small, len, 0);
     *n = need;
     if (need < len)
         return small;
+    if (need > max)
+        return NULL;
     char *big = need < SIZE_MAX ? malloc(need + 1) : NULL;
     if (!big)
         vm_error(vm, "out of memory");
@@ -73,7 +75,7 @@ static void print_value(vm_state *vm, value v)
     }
     char small[256];
     size_t n;
-    char *text = formatted(vm, v, small, sizeof small, &n);
+    char *text = formatted(vm, v, small, sizeof small, &n, SIZE_MAX - 1);
     out(vm, text, n);
     if (text != small)
         free(text);
@@ -104,13 +106,10 @@ VM_BUILTIN(b_str)
         return argv[0];
     char small[256];
     size_t n;
-    char *text = formatted(vm, argv[0], small, sizeof small, &n);
-    if (n > VM_STRING_MAX) {
-        if (text != small)
-            free(text);
+    char *text = formatted(vm, argv[0], small, sizeof small, &n, VM_STRING_MAX);
+    if (!text)                           /* (refused before it is made) */
         vm_error(vm, "str: the result, %zu bytes, is longer than a string holds (%u)", n,
                  (unsigned)VM_STRING_MAX);
-    }
     value str = vm_make_string(text, n);
     if (text != small)
         free(text);
@@ -394,34 +393,41 @@ VM_BUILTIN(b_gc_why)
  * live buffers hold and collects (running the finalizers that free the
  * unreachable ones) when they pass twice what was live after the last
  * forced collection, and at least 64 MiB (Go's GOGC=100 pacing: native
- * memory at most doubles between collections). */
+ * memory at most doubles between collections); and collects and tries
+ * again when the allocator says no. */
 #define NATIVE_GC_MIN (64u << 20)
 
-static void native_released(vm_state *vm, buffer_obj *b)
+/* A collection, and the finalizers of the buffers it found unreachable */
+static void collect_buffers(void)
 {
-    b->freed = 1;
-    vm->native_live -= b->size;
+    GC_gcollect();
+    GC_invoke_finalizers();
 }
 
+/* Before n more bytes of buffers: collect if they would pass the mark */
 static void native_pace(vm_state *vm, size_t n)
 {
-    vm->native_live += n;
-    if (vm->native_live <= vm->native_next_gc && vm->native_next_gc)
+    if (!vm->native_next_gc)
+        vm->native_next_gc = NATIVE_GC_MIN;
+    if (vm->native_live + n <= vm->native_next_gc)
         return;
-    if (vm->native_next_gc) {
-        GC_gcollect();
-        GC_invoke_finalizers();
-    }
-    vm->native_next_gc = vm->native_live < NATIVE_GC_MIN / 2 ? NATIVE_GC_MIN : 2 * vm->native_live;
+    collect_buffers();
+    size_t after = vm->native_live + n;
+    vm->native_next_gc = after < NATIVE_GC_MIN / 2 ? NATIVE_GC_MIN : 2 * after;
 }
 
-static void GC_CALLBACK finalize_buffer(void *o, void *vmp)
+/* (the finalizer's data is the VM's handle: the VM may be freed by then,
+ * and the buffer's own release function freed it) */
+static void GC_CALLBACK finalize_buffer(void *o, void *handle)
 {
     buffer_obj *b = o;
-    if (!b->freed) {
-        ((vm_state *)vmp)->alloc.release(b->data);
-        native_released(vmp, b);
-    }
+    if (b->freed)
+        return;
+    b->release(b->data);
+    b->freed = 1;
+    vm_state *vm = ((vm_handle *)handle)->vm;
+    if (vm)
+        vm->native_live -= b->size;
 }
 
 VM_BUILTIN(b_make_buffer)
@@ -435,12 +441,18 @@ VM_BUILTIN(b_make_buffer)
         vm_error(vm, "out of memory");
     b->h.type = T_BUFFER;
     b->size = (size_t)n;
+    native_pace(vm, (size_t)n);
     b->data = vm->alloc.alloc((size_t)n);
+    if (!b->data) {                      /* dropped buffers may hold what it needs */
+        collect_buffers();
+        b->data = vm->alloc.alloc((size_t)n);
+    }
     if (!b->data)
         vm_error(vm, "make-buffer: cannot allocate %ld bytes", (long)n);
+    b->release = vm->alloc.release;
     memset(b->data, 0, (size_t)n);
-    GC_REGISTER_FINALIZER(b, finalize_buffer, vm, NULL, NULL);
-    native_pace(vm, (size_t)n);
+    vm->native_live += (size_t)n;
+    GC_REGISTER_FINALIZER(b, finalize_buffer, vm->handle, NULL, NULL);
     return (value)b;
 }
 
@@ -452,7 +464,8 @@ VM_BUILTIN(b_buffer_free)
         vm_error(vm, "buffer-free: buffer already freed");
     vm->alloc.release(b->data);          /* a checked heap reports a double free itself */
     if (!b->freed)
-        native_released(vm, b);
+        vm->native_live -= b->size;
+    b->freed = 1;
     return V_NIL;
 }
 

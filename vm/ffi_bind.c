@@ -166,6 +166,7 @@ value vm_call_ffi(vm_state *vm, ffi_obj *f, int argc, value *argv)
  * the types its C caller passes: no access to freed memory either way). */
 typedef struct callback_cell {
     _Atomic(callback_obj *) cb;         /* NULL once the script dropped it */
+    _Atomic(vm_handle *) handle;        /* its VM's (never freed) */
     crawl_ffi_closure *c;
     struct callback_cell *next;         /* on the dead list */
     char sig[];
@@ -184,7 +185,18 @@ static void warn_and_return_0(const char *msg, size_t len, crawl_ffi_value *ret)
 static void callback_handler(const crawl_ffi_closure *c, crawl_ffi_value *ret,
                              const crawl_ffi_value *args, void *user)
 {
-    callback_obj *cb = atomic_load(&((callback_cell *)user)->cb);
+    callback_cell *cell = user;
+    /* the thread first, before cb is touched: on a thread Boehm does not
+     * scan, cb may be collected meanwhile (the VM is not thread-safe, and
+     * Boehm aborts on an allocation from a thread it does not know) */
+    vm_handle *h = atomic_load(&cell->handle);
+    if (!pthread_equal(pthread_self(), __atomic_load_n(&h->owner, __ATOMIC_RELAXED))) {
+        static const char msg[] = "crawlvm: a callback was called on a thread other than its "
+                                  "VM's; returning 0\n";
+        warn_and_return_0(msg, sizeof msg - 1, ret);
+        return;
+    }
+    callback_obj *cb = atomic_load(&cell->cb);
     if (!cb) {
         static const char msg[] = "crawlvm: a callback was called after the script dropped it "
                                   "(the GC freed it); returning 0\n";
@@ -195,14 +207,6 @@ static void callback_handler(const crawl_ffi_closure *c, crawl_ffi_value *ret,
     if (!vm) {
         static const char msg[] = "crawlvm: a callback was called after its VM was freed; "
                                   "returning 0\n";
-        warn_and_return_0(msg, sizeof msg - 1, ret);
-        return;
-    }
-    if (!pthread_equal(pthread_self(), vm->owner)) {
-        /* (the VM is not thread-safe, and Boehm aborts on an allocation
-         * from a thread it does not know) */
-        static const char msg[] = "crawlvm: a callback was called on a thread other than its "
-                                  "VM's; returning 0\n";
         warn_and_return_0(msg, sizeof msg - 1, ret);
         return;
     }
@@ -266,6 +270,8 @@ VM_BUILTIN(b_ffi_callback)
         if (!cell)
             vm_error(vm, "out of memory");
         memcpy(cell->sig, sig, n);
+        atomic_init(&cell->cb, NULL);
+        atomic_init(&cell->handle, vm->handle);
         char err[300];
         cell->c = crawl_ffi_closure_new(sig, callback_handler, cell, target, err, sizeof err);
         if (!cell->c) {
@@ -276,6 +282,7 @@ VM_BUILTIN(b_ffi_callback)
     cb->c = cell->c;
     cb->cell = cell;
     /* (the cell is not seen by Boehm: the script keeps cb alive) */
+    atomic_store(&cell->handle, vm->handle);
     atomic_store(&cell->cb, cb);
     GC_REGISTER_FINALIZER(cb, finalize_callback, NULL, NULL, NULL);
     return (value)cb;

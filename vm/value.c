@@ -85,10 +85,18 @@ static void cat(text *t, const char *s, size_t k)
     t->n += k;
 }
 
+/* prefix, then name whatever its length, then ">" */
+static void cat_named(text *t, const char *prefix, const char *name)
+{
+    cat(t, prefix, strlen(prefix));
+    cat(t, name, strlen(name));
+    cat(t, ">", 1);
+}
+
 static void catf(text *t, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static void catf(text *t, const char *fmt, ...)
 {
-    char piece[512];                     /* (the longest: a function's or native's name) */
+    char piece[64];                      /* (numbers and addresses) */
     va_list ap;
     va_start(ap, fmt);
     int k = vsnprintf(piece, sizeof piece, fmt, ap);
@@ -156,9 +164,9 @@ static void format_at(value v, text *t, int quote, int depth, unsigned *left)
         cat(t, "]", 1);
         return;
     }
-    case T_CLOSURE: catf(t, "#<function %s>", ((closure *)v)->p->name); return;
-    case T_BUILTIN: catf(t, "#<builtin %s>", ((builtin *)v)->name); return;
-    case T_FFI: catf(t, "#<native %s>", crawl_ffi_name(((ffi_obj *)v)->fn)); return;
+    case T_CLOSURE: cat_named(t, "#<function ", ((closure *)v)->p->name); return;
+    case T_BUILTIN: cat_named(t, "#<builtin ", ((builtin *)v)->name); return;
+    case T_FFI: cat_named(t, "#<native ", crawl_ffi_name(((ffi_obj *)v)->fn)); return;
     case T_CALLBACK:
         catf(t, "#<callback %p>", crawl_ffi_closure_code(((callback_obj *)v)->c));
         return;

@@ -7,6 +7,7 @@
 #define CRAWLVM_VALUE_H
 
 #include <crawl/ffi.h>
+#include <pthread.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -109,8 +110,11 @@ typedef struct ffi_obj {
 
 /* What a callback reaches its VM through: malloc'ed, never freed; vm_free
  * clears it, so a callback that outlives its VM refuses to run. */
+/* Never freed: what outlives its VM (callbacks C keeps, buffers finalized
+ * after vm_free) reaches the VM through it. */
 typedef struct vm_handle {
-    struct vm *vm;
+    struct vm *vm;                      /* NULL once freed */
+    pthread_t owner;                    /* the thread that runs it (atomic loads and stores) */
 } vm_handle;
 
 typedef struct callback_obj {
@@ -125,6 +129,7 @@ typedef struct buffer_obj {
     obj h;
     size_t size;
     unsigned char *data;                /* from the VM's native allocator */
+    void (*release)(void *data);        /* that allocator's (it may outlive the VM) */
     int freed;
 } buffer_obj;
 

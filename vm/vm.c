@@ -71,7 +71,7 @@ vm_state *vm_new(void)
     v->ci = reserve(CALL_DEPTH * sizeof(callinfo));
     v->alloc = (vm_allocator){plain_alloc, plain_release, NULL, NULL};
     v->out_fd = STDOUT_FILENO;
-    v->owner = pthread_self();
+    __atomic_store_n(&h->owner, pthread_self(), __ATOMIC_RELAXED);
 #ifndef CRAWLVM_NO_FRAMES
     crawl_gc_set_immediate_fn(is_immediate);
 #endif
@@ -192,6 +192,7 @@ value vm_call(vm_state *v, value fn, int argc, const value *argv)
  * Frame chain are cut back to what they were. */
 int vm_eval(vm_state *v, const char *source, const char *file, value *result)
 {
+    __atomic_store_n(&v->handle->owner, pthread_self(), __ATOMIC_RELAXED);
     char err[512];
     node *forms = vm_read(source, file, err, sizeof err);
     if (!forms) {

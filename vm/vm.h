@@ -71,7 +71,6 @@ typedef struct vm {
     vm_allocator alloc;
     int out_fd;                         /* where print and backtrace write */
     vm_handle *handle;
-    pthread_t owner;                    /* the thread that made it: the only one it runs on */
     /* native buffers' bytes, which Boehm does not see: a collection is
      * forced when they pass native_next_gc (buffer pacing, builtins.c) */
     size_t native_live, native_next_gc;
@@ -80,8 +79,9 @@ typedef struct vm {
 /* ---- the embedding API (vm/vm.c) ------------------------------------------ */
 /* A VM with no globals: open the builtins it should have (vm_open_libs for
  * all of them, builtins.h), as Lua's luaL_openlibs. NULL when out of memory.
- * The VM runs on the calling thread only: a callback that C calls on
- * another thread warns and returns 0 without running. */
+ * It runs on one thread at a time: the one that made it, then the last to
+ * call vm_eval; a callback that C calls on another thread warns and returns
+ * 0 without running. */
 vm_state *vm_new(void);
 void vm_free(vm_state *vm);
 /* Compile and run source; 0, or -1 with vm->error set (the traceback has
