@@ -11,6 +11,8 @@
  * that order (modules.c's fork handlers call sw_dwfl_fork). */
 #include <elfutils/libdwfl.h>
 #include <pthread.h>
+#include <stdio.h>
+#include <string.h>
 #include <unistd.h>
 
 #include "stackwalk/internal.h"
@@ -18,15 +20,56 @@
 static pthread_mutex_t dwfl_lock = PTHREAD_MUTEX_INITIALIZER;
 static Dwfl *session;
 static char *debuginfo_path;
-/* libdwfl's standard search loads its debuginfod client with dlopen the
- * first time it runs, and dlopen waits for ever for the loader's lock in
- * a fork child that inherited it held (crawl__loader_lock_suspect): there
- * a module's symbols come from its own file only. */
+/* 1 if a separate debug file for mod is on this machine where libdwfl's
+ * standard search looks first: by build id under /usr/lib/debug/.build-id,
+ * or by its .gnu_debuglink name beside the file, in its .debug
+ * directory, or under /usr/lib/debug. */
+static int local_debuginfo(Dwfl_Module *mod, const char *file_name, const char *debuglink_file)
+{
+    char path[4096];
+    const unsigned char *id;
+    GElf_Addr vaddr;
+    int len = dwfl_module_build_id(mod, &id, &vaddr);
+    if (len > 1) {
+        int n = snprintf(path, sizeof path, "/usr/lib/debug/.build-id/%02x/", id[0]);
+        for (int i = 1; i < len && n > 0 && (size_t)n + 3 < sizeof path; i++)
+            n += snprintf(path + n, sizeof path - (size_t)n, "%02x", id[i]);
+        if (n > 0 && (size_t)n + 7 < sizeof path) {
+            memcpy(path + n, ".debug", 7);
+            if (access(path, R_OK) == 0)
+                return 1;
+        }
+    }
+    if (!debuglink_file || !file_name)
+        return 0;
+    const char *slash = strrchr(file_name, '/');
+    int dir = slash ? (int)(slash - file_name) : 0;
+    static const char *const where[] = {"%.*s/%s", "%.*s/.debug/%s", "/usr/lib/debug%.*s/%s"};
+    for (size_t i = 0; i < sizeof where / sizeof where[0]; i++) {
+        int n = snprintf(path, sizeof path, where[i], dir, file_name, debuglink_file);
+        if (n > 0 && (size_t)n < sizeof path && access(path, R_OK) == 0)
+            return 1;
+    }
+    return 0;
+}
+
+/* Separate debug info only from this machine, never from debuginfod.
+ * libdwfl's standard search ends by asking debuginfod: it loads
+ * libdebuginfod (and with it libcurl and OpenSSL, whatever
+ * DEBUGINFOD_URLS says) and, where DEBUGINFOD_URLS names a server, fetches
+ * over the network, at report time. A thread dump's helper thread that
+ * started OpenSSL while the program exited died in OpenSSL's exit handler
+ * (crawlvm, SIGQUIT just before the script ended). So the standard search
+ * runs only when it will stop at a local file. And dlopen waits for ever
+ * for the loader's lock in a fork child that inherited it held
+ * (crawl__loader_lock_suspect): there a module's symbols come from its own
+ * file only. */
 static int find_debuginfo(Dwfl_Module *mod, void **userdata, const char *modname,
                           Dwarf_Addr base, const char *file_name, const char *debuglink_file,
                           GElf_Word debuglink_crc, char **debuginfo_file_name)
 {
-    if (__atomic_load_n(&crawl__loader_lock_suspect, __ATOMIC_RELAXED))
+    if (__atomic_load_n(&crawl__loader_lock_suspect, __ATOMIC_RELAXED) ||
+        !local_debuginfo(mod, file_name, debuglink_file))
         return -1;
     return dwfl_standard_find_debuginfo(mod, userdata, modname, base, file_name,
                                         debuglink_file, debuglink_crc, debuginfo_file_name);
