@@ -252,6 +252,14 @@ size_t crawl_gpa_size(const void *p)
                : 0;
 }
 
+size_t crawl__gpa_slot_size(const void *p)
+{
+    if (!crawl_gpa_owns(p) || in_arena((uintptr_t)p))
+        return 0;
+    long s = slot_of((uintptr_t)p);
+    return s >= 0 && pool.slot[s].state == SLOT_LIVE ? pool.slot[s].size : 0;
+}
+
 /* ---- sampling ---------------------------------------------------------------------- */
 
 /* The countdown ran out, or is not running: re-read the rate (a change,

@@ -439,6 +439,17 @@ void *crawl_heap_realloc(void *p, size_t size)
     return q;
 }
 
+size_t crawl_heap_size(const void *p)
+{
+    if (!crawl_heap_owns(p))
+        return 0;
+    pthread_mutex_lock(&heap_lock);
+    const chunk *h = valid_header((uintptr_t)p);
+    size_t n = h && h->state == ST_LIVE ? h->user_size : 0;
+    pthread_mutex_unlock(&heap_lock);
+    return n;
+}
+
 int crawl_heap_check(const void *addr, size_t size, int is_write)
 {
     uintptr_t a = (uintptr_t)addr;

@@ -460,7 +460,7 @@ VM_BUILTIN(b_buffer_free)
 {
     VM_UNUSED_ARGS;
     buffer_obj *b = vm_arg_obj(vm, argv[0], T_BUFFER, "buffer-free", "buffer");
-    if (b->freed && !vm_alloc_checks(&vm->alloc, b->data))
+    if (b->freed && !vm_alloc_checks_freed(&vm->alloc, b->data))
         vm_error(vm, "buffer-free: buffer already freed");
     vm->alloc.release(b->data);          /* a checked heap reports a double free itself */
     if (!b->freed)
@@ -482,7 +482,13 @@ static unsigned char *buffer_at(vm_state *vm, value *argv, size_t width, int is_
 {
     buffer_obj *b = vm_arg_obj(vm, argv[0], T_BUFFER, who, "buffer");
     intptr_t i = vm_arg_int(vm, argv[1], who);
-    unsigned char *p = b->data + (size_t)i * width;
+    /* an index whose address would wrap is out of range, whatever the
+     * checker would make of the wrapped address (an underflow report) */
+    uintptr_t base = (uintptr_t)b->data;
+    if (i < 0 ? (uintptr_t)-i > base / width : (uintptr_t)i > (UINTPTR_MAX - base) / width)
+        vm_error(vm, "index out of range: %s index %ld of a %zu-element buffer", who, (long)i,
+                 b->size / width);
+    unsigned char *p = (unsigned char *)(base + (uintptr_t)i * width);
     /* the checked heap reports what it sees (redzones, freed memory); the
      * VM's own checks still refuse what it cannot see (an index so far out
      * that it lands in another live chunk, recycled memory) */

@@ -80,8 +80,16 @@ static crawl_ffi_value to_c(vm_state *vm, value v, char type, const char *fn, in
         if (v == V_NIL)
             return c;
         if (vm_is_type(v, T_BUFFER)) {
-            if (((buffer_obj *)v)->freed && !vm_alloc_checks(&vm->alloc, ((buffer_obj *)v)->data))
+            /* never to C: a checker that knows the memory freed reports
+             * (its use-after-free report, with the stacks), then the VM
+             * refuses (C's access would be seen by no one) */
+            if (((buffer_obj *)v)->freed) {
+                const unsigned char *d = ((buffer_obj *)v)->data;
+                if (vm_alloc_checks_freed(&vm->alloc, d) && vm->alloc.check(d, 1, 0) != 0)
+                    vm_error(vm, "ffi error: argument %d of %s: invalid access reported by the "
+                                 "checked heap", argno, fn);
                 vm_error(vm, "ffi error: argument %d of %s is a freed buffer", argno, fn);
+            }
             c.p = ((buffer_obj *)v)->data;
             return c;
         }

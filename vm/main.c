@@ -271,9 +271,11 @@ int main(int argc, char **argv)
     vm->native_traces = native;
     vm->walk_flags = fast ? CRAWL_WALK_FAST : 0;
     if (sanitize)
-        vm->alloc = (vm_allocator){crawl_heap_malloc, crawl_heap_free, crawl_heap_check, NULL};
+        vm->alloc = (vm_allocator){crawl_heap_malloc, crawl_heap_free, crawl_heap_check, NULL,
+                                   crawl_heap_size};
     else if (sampled)
-        vm->alloc = (vm_allocator){sampled_alloc, sampled_release, sampled_check, sampled_covers};
+        vm->alloc = (vm_allocator){sampled_alloc, sampled_release, sampled_check, sampled_covers,
+                                   crawl__gpa_slot_size};
 #ifndef CRAWLVM_NO_FRAMES
     char gc_options[160];
     snprintf(gc_options, sizeof gc_options, "%s%s%s",

@@ -69,7 +69,7 @@ vm_state *vm_new(void)
     v->stack = reserve(STACK_SLOTS * sizeof(value));
     v->ci_cap = CALL_DEPTH;
     v->ci = reserve(CALL_DEPTH * sizeof(callinfo));
-    v->alloc = (vm_allocator){plain_alloc, plain_release, NULL, NULL};
+    v->alloc = (vm_allocator){plain_alloc, plain_release, NULL, NULL, NULL};
     v->out_fd = STDOUT_FILENO;
     __atomic_store_n(&h->owner, pthread_self(), __ATOMIC_RELAXED);
 #ifndef CRAWLVM_NO_FRAMES

@@ -40,6 +40,12 @@ typedef struct vm_allocator {
     /* with check: 1 if the checker watches p's buffer (NULL: every one);
      * the VM's own freed-buffer errors stand for the others */
     int (*covers)(const void *p);
+    /* with check: the size of a live allocation where p's buffer was, 0
+     * when the checker knows that memory freed (NULL: always 0). A freed
+     * buffer whose memory went to another buffer is the VM's to refuse: the
+     * checker sees a live allocation there, and let a freed buffer write
+     * and free the new one. */
+    size_t (*live_size)(const void *p);
 } vm_allocator;
 
 /* 1 if an allocator's checker reports misuse of the buffer at p itself
@@ -47,6 +53,13 @@ typedef struct vm_allocator {
 static inline int vm_alloc_checks(const vm_allocator *a, const void *p)
 {
     return a->check && (!a->covers || a->covers(p));
+}
+
+/* 1 if the checker reports misuse of the freed buffer at p (it still
+ * knows that memory freed) */
+static inline int vm_alloc_checks_freed(const vm_allocator *a, const void *p)
+{
+    return vm_alloc_checks(a, p) && !(a->live_size && a->live_size(p));
 }
 
 typedef struct vm {

@@ -91,6 +91,11 @@ CRAWL_API int crawl_gpa_owns(const void *p);
 
 /* The requested size of the live pool allocation starting at p, or 0. */
 CRAWL_API size_t crawl_gpa_size(const void *p);
+/* The requested size of the live allocation in the slot p lies in,
+ * wherever in it that starts, or 0 (a freed slot not yet given again).
+ * Not API: for an allocator that must tell a freed block from one whose
+ * slot was reused. */
+CRAWL_API size_t crawl__gpa_slot_size(const void *p);
 
 #ifdef __cplusplus
 }

@@ -104,6 +104,11 @@ CRAWL_API int crawl_heap_unpoison(const void *addr, size_t size);
 
 /* 1 if p lies in the checked heap's region. Async-signal-safe. */
 CRAWL_API int crawl_heap_owns(const void *p);
+/* The requested size of the live chunk starting at p, or 0 (not a chunk's
+ * start, or freed: in the quarantine, or its memory given to another
+ * chunk). Thread-safe (the heap's lock); not async-signal-safe; no
+ * allocation. */
+CRAWL_API size_t crawl_heap_size(const void *p);
 
 /* ---- options and reports ------------------------------------------------------------
  * Options are "key=value" pairs separated by ':'. Read, in order, from a

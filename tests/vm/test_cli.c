@@ -565,6 +565,55 @@ static void run_with_stack(proc *p, const char *path, rlim_t stack_kib)
     run_with_limit(p, (const char *[]){path, NULL}, RLIMIT_STACK, stack_kib);
 }
 
+/* A freed buffer whose memory the checker gave to a new buffer: the VM
+ * refuses it as freed, in both checked modes (the checker sees a live
+ * allocation there: a memset through the freed buffer wrote the new one,
+ * and a second buffer-free freed it; found by an outside test). A new
+ * buffer on the freed one's page took its memory (the pool's slots are a
+ * page each, the new block at either end). */
+static void test_freed_buffer_after_reuse(void **state)
+{
+    (void)state;
+    static const char reuse[] =
+        "(define memmove (ffi-fn \"libc.so.6\" \"memmove\" \"L(ppz)\"))\n"
+        "(define memset (ffi-fn \"libc.so.6\" \"memset\" \"p(piz)\"))\n"
+        "(define (addr x) (quotient (memmove x x 0) 4096))\n"   /* its page */
+        "(define a (make-buffer 64))\n"
+        "(define was (addr a))\n"
+        "(buffer-free a)\n"
+        "(define keep (make-vector 300))\n"
+        "(define i 0)\n"
+        "(define b nil)\n"
+        "(while (and (< i 300) (nil? b))\n"
+        "  (define x (make-buffer 64)) (vector-set! keep i x)\n"
+        "  (if (equal? (addr x) was) (set! b x)) (set! i (+ i 1)))\n"
+        "(print \"reused\" (not (nil? b)))\n";
+    static const struct {
+        const char *mode, *options, *then, *error;
+    } cases[] = {
+        {"--sanitize", "quarantine_size_mb=0", "(buffer-free a)",
+         "error: buffer-free: buffer already freed"},
+        {"--sanitize", "quarantine_size_mb=0", "(memset a 7 8)",
+         "error: ffi error: argument 1 of memset is a freed buffer"},
+        {"--sanitize=sampled", "gpa_sample_rate=1", "(buffer-free a)",
+         "error: buffer-free: buffer already freed"},
+        {"--sanitize=sampled", "gpa_sample_rate=1", "(memset a 7 8)",
+         "error: ffi error: argument 1 of memset is a freed buffer"},
+    };
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        char script[2048];
+        snprintf(script, sizeof script, "%s%s\n(print \"b\" (buffer-u8-ref b 0))\n", reuse,
+                 cases[k].then);
+        setenv("CRAWL_OPTIONS", cases[k].options, 1);
+        proc p;
+        crawlvm(&p, (const char *[]){cases[k].mode, "-e", script, NULL});
+        unsetenv("CRAWL_OPTIONS");
+        EXPECT_EXIT(&p, 1);
+        assert_string_equal(p.out, "reused #t\n");
+        EXPECT_IN(p.err, cases[k].error);
+    }
+}
+
 /* In a build with AddressSanitizer, --heap-profile says it cannot work
  * (the restarted program died: "ASan runtime does not come first");
  * elsewhere tests/preload/heap.sh runs it. */
@@ -789,6 +838,7 @@ int main(void)
         cmocka_unit_test(test_deep_nesting_small_stack),
         cmocka_unit_test(test_dropped_buffers_are_collected),
         cmocka_unit_test(test_heap_profile_under_asan),
+        cmocka_unit_test(test_freed_buffer_after_reuse),
         cmocka_unit_test(test_sigquit_thread_dump),
         cmocka_unit_test(test_cpu_profile),
     };
