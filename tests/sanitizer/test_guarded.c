@@ -259,9 +259,12 @@ static void test_fork_and_queries(void **state)
     assert_non_null(p);
     assert_true(crawl_gpa_owns(p));
     assert_int_equal(crawl_gpa_size(p), 24);
+    assert_int_equal(crawl_gpa_size(p + 8), 0);              /* not its start */
+    assert_int_equal(crawl__gpa_slot_size(p + 8), 24);       /* its slot's, from anywhere in it */
     int local;
     assert_false(crawl_gpa_owns(&local));
     assert_int_equal(crawl_gpa_size(&local), 0);
+    assert_int_equal(crawl__gpa_slot_size(&local), 0);
     assert_null(crawl_gpa_allocate(1 << 20, 0));          /* more than a page: not pooled */
     pid_t pid = fork();
     if (pid == 0) {

@@ -212,6 +212,10 @@ static void test_poison(void **state)
 {
     (void)state;
     char *p = crawl_heap_malloc(64);
+    assert_int_equal(crawl_heap_size(p), 64);                   /* a live chunk's start */
+    assert_int_equal(crawl_heap_size(p + 16), 0);
+    int here;
+    assert_int_equal(crawl_heap_size(&here), 0);
     assert_int_equal(crawl_heap_poison(p + 16, 16), 0);
     unsigned long before = seen;
     assert_int_equal(crawl_heap_check(p + 8, 8, 0), 0);
@@ -224,6 +228,7 @@ static void test_poison(void **state)
     int local;
     assert_int_equal(crawl_heap_poison(&local, 4), -EINVAL);
     crawl_heap_free(p);
+    assert_int_equal(crawl_heap_size(p), 0);                    /* quarantined */
 }
 
 /* Manual poisoning follows AddressSanitizer: partial last granules, ranges

@@ -612,6 +612,16 @@ static void test_freed_buffer_after_reuse(void **state)
         assert_string_equal(p.out, "reused #t\n");
         EXPECT_IN(p.err, cases[k].error);
     }
+    /* an index whose address would wrap is out of range, as without a
+     * checker (the checked heap reported the wrapped address as an
+     * underflow, and aborted) */
+    proc p;
+    crawlvm(&p, (const char *[]){"--sanitize", "-e",
+                                 "(define b (make-buffer 8)) (buffer-i32-ref b 4611686018427387903)",
+                                 NULL});
+    EXPECT_EXIT(&p, 1);
+    EXPECT_IN(p.err, "error: index out of range: buffer-i32-ref index 4611686018427387903 of a "
+                     "2-element buffer");
 }
 
 /* In a build with AddressSanitizer, --heap-profile says it cannot work
