@@ -339,5 +339,9 @@ int main(int argc, char **argv)
                 GC_get_free_bytes() / 1024, crawl_boehm_last_root_count());
     free(source);
     vm_free(vm);
+    if (vm_write_error()) {              /* (the output was lost: /dev/full, a closed pipe) */
+        fprintf(stderr, "crawlvm: write error: %s\n", strerror(vm_write_error()));
+        rc = 1;
+    }
     return rc == 0 ? 0 : 1;
 }

@@ -1,5 +1,6 @@
 /* The VM object: stacks, globals, evaluation and its errors, calls from C. */
 #include <gc/gc.h>
+#include <errno.h>
 #include <limits.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -32,16 +33,26 @@ static void *reserve(size_t bytes)
 static void *plain_alloc(size_t n) { return malloc(n); }
 static void plain_release(void *p) { free(p); }
 
+static int write_errno;                 /* the first write error (vm_write_error) */
+
 void vm_write_all(int fd, const char *s, size_t n)
 {
     while (n) {
         ssize_t w = write(fd, s, n);
-        if (w <= 0)
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w <= 0) {
+            int e = w < 0 ? errno : EIO;
+            __atomic_compare_exchange_n(&write_errno, &(int){0}, e, 0, __ATOMIC_RELAXED,
+                                        __ATOMIC_RELAXED);
             return;
+        }
         s += w;
         n -= (size_t)w;
     }
 }
+
+int vm_write_error(void) { return __atomic_load_n(&write_errno, __ATOMIC_RELAXED); }
 
 #ifndef CRAWLVM_NO_FRAMES
 /* What crawl-boehm's root verification must accept in a reported slot:

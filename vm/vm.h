@@ -107,6 +107,9 @@ int vm_global_index(vm_state *vm, const char *name);
 /* Write all of [s, s+n) to fd (print, tracebacks): retries short writes,
  * stops at an error. */
 void vm_write_all(int fd, const char *s, size_t n);
+/* The errno of the first write vm_write_all could not finish (0: none):
+ * crawlvm then exits 1, as coreutils do when their output is lost. */
+int vm_write_error(void);
 /* Stop the script with an error: the message and a traceback go to stderr,
  * and vm_eval returns -1 (without a vm_eval in progress the process exits). */
 _Noreturn void vm_error(vm_state *vm, const char *fmt, ...) __attribute__((format(printf, 2, 3)));

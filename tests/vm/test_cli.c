@@ -624,6 +624,23 @@ static void test_freed_buffer_after_reuse(void **state)
                      "2-element buffer");
 }
 
+/* Output that cannot be written (a full device) is an error, exit 1, as
+ * coreutils report it; it was dropped, and the exit status said 0 (found
+ * by an outside test). */
+static void test_lost_output_is_an_error(void **state)
+{
+    (void)state;
+    char cmd[4096];
+    snprintf(cmd, sizeof cmd, "'%s' -e '(print \"hello\")' >/dev/full 2>/dev/null", CRAWLVM_PATH);
+    int st = system(cmd);
+    assert_true(WIFEXITED(st));
+    assert_int_equal(WEXITSTATUS(st), 1);
+    snprintf(cmd, sizeof cmd, "'%s' -e '(print \"hello\")' >/dev/null", CRAWLVM_PATH);
+    st = system(cmd);
+    assert_true(WIFEXITED(st));
+    assert_int_equal(WEXITSTATUS(st), 0);
+}
+
 /* In a build with AddressSanitizer, --heap-profile says it cannot work
  * (the restarted program died: "ASan runtime does not come first");
  * elsewhere tests/preload/heap.sh runs it. */
@@ -849,6 +866,7 @@ int main(void)
         cmocka_unit_test(test_dropped_buffers_are_collected),
         cmocka_unit_test(test_heap_profile_under_asan),
         cmocka_unit_test(test_freed_buffer_after_reuse),
+        cmocka_unit_test(test_lost_output_is_an_error),
         cmocka_unit_test(test_sigquit_thread_dump),
         cmocka_unit_test(test_cpu_profile),
     };
