@@ -2,6 +2,7 @@
  * crawlvm values and C through crawl-ffi (calls inside transition Frames,
  * callbacks inside entry Frames). */
 #include <gc/gc.h>
+#include <limits.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
@@ -59,11 +60,25 @@ static crawl_ffi_value to_c(vm_state *vm, value v, char type, const char *fn, in
 {
     crawl_ffi_value c = {.L = 0};
     switch (type) {
-    case 'i': case 'u': case 'l': case 'L': case 'z':
+    case 'i': case 'u': case 'l': case 'L': case 'z': {
         if (!IS_FIX(v))
             break;
-        c.l = FIXVAL(v);
+        /* an integer the C type cannot hold is refused, not cut to its low
+         * bits ((abs 4294967297) was 1) */
+        intptr_t n = FIXVAL(v);
+        static const struct { char type; intptr_t lo, hi; const char *name; } range[] = {
+            {'i', INT_MIN, INT_MAX, "int"},
+            {'u', 0, UINT_MAX, "unsigned int"},
+            {'L', 0, INTPTR_MAX, "unsigned long"},
+            {'z', 0, INTPTR_MAX, "size_t"},
+        };
+        for (size_t k = 0; k < sizeof range / sizeof range[0]; k++)
+            if (range[k].type == type && (n < range[k].lo || n > range[k].hi))
+                vm_error(vm, "ffi error: argument %d of %s: %ld does not fit in a C %s", argno, fn,
+                         (long)n, range[k].name);
+        c.l = n;
         return c;
+    }
     case 'd':
         if (!IS_FIX(v))
             break;

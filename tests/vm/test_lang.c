@@ -249,6 +249,13 @@ static void test_outside_regressions(void **state)
     expect_error(src, "error: peek-i32: index -4611686018427387904 out of range");
     expect_error("(peek-i32 ((ffi-fn nil \"strtoul\" \"p(spi)\") \"8\" nil 10))",
                  "error: peek-i32: cannot read 4 bytes at 0x8");
+    /* an FFI integer argument the C type cannot hold is refused (it was cut
+     * to its low bits: (abs 4294967297) printed 1) */
+    expect_error("((ffi-fn nil \"abs\" \"i(i)\") 4294967297)",
+                 "error: ffi error: argument 1 of abs: 4294967297 does not fit in a C int");
+    expect_error("((ffi-fn nil \"malloc\" \"p(z)\") -1)",
+                 "error: ffi error: argument 1 of malloc: -1 does not fit in a C size_t");
+    expect_out("(print ((ffi-fn nil \"abs\" \"i(i)\") -2147483647))", "2147483647\n");
     /* globals are found by a hash of their names (a linear search took
      * 22 s for 100,000 defines): 300 of them, across three growths of the
      * table (few: the suite runs under gc_stress, a collection per allocation), each found again by name and by the script */
