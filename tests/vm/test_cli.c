@@ -624,6 +624,22 @@ static void test_freed_buffer_after_reuse(void **state)
                      "2-element buffer");
 }
 
+/* A C stack too small for crawlvm's own reserve is a usage error that says
+ * so (every script failed with "expression nested too deeply"; found by an
+ * outside test). */
+static void test_stack_too_small(void **state)
+{
+    (void)state;
+    proc p;
+    run_with_limit(&p, (const char *[]){"-e", "(print (+ 1 2))", NULL}, RLIMIT_STACK, 256);
+    EXPECT_EXIT(&p, 2);
+    EXPECT_IN(p.err, "crawlvm: the C stack is ");
+    EXPECT_IN(p.err, " KiB; crawlvm needs 320 KiB or more (ulimit -s)");
+    run_with_limit(&p, (const char *[]){"-e", "(print (+ 1 2))", NULL}, RLIMIT_STACK, 512);
+    EXPECT_EXIT(&p, 0);
+    assert_string_equal(p.out, "3\n");
+}
+
 /* Output that cannot be written (a full device) is an error, exit 1, as
  * coreutils report it; it was dropped, and the exit status said 0 (found
  * by an outside test). */
@@ -867,6 +883,7 @@ int main(void)
         cmocka_unit_test(test_heap_profile_under_asan),
         cmocka_unit_test(test_freed_buffer_after_reuse),
         cmocka_unit_test(test_lost_output_is_an_error),
+        cmocka_unit_test(test_stack_too_small),
         cmocka_unit_test(test_sigquit_thread_dump),
         cmocka_unit_test(test_cpu_profile),
     };
