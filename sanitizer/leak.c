@@ -1091,6 +1091,12 @@ static __attribute__((noinline)) long check(int fd, uintptr_t stack_from, const 
      * before the next check may start */
     hp_snapshot_free(&snap);
     sp->lo = sp->hi = 0;
+    /* and the scan's dead frames below this one: the report's frames
+     * would keep their chunk addresses in slots they never write (a 700-
+     * byte buffer of print_group's), where another thread's check, which
+     * may start now, scans this thread's live stack (in a -O0 build, every
+     * time: test_check_while_a_report_describes) */
+    clear_stack_below();
     pthread_mutex_unlock(&check_lock);
     locked = 0;
 
