@@ -3,10 +3,31 @@
 #define CRAWL_TEST_SUPPORT_H
 
 #include <crawl/crawl.h>
+#include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <cmocka.h>
+#include <sys/mman.h>
+
+/* Start fn(arg) on a new thread whose stack is fresh, zeroed memory: no
+ * stale words of earlier tests' threads for a conservative scan to find.
+ * Returns the stack, to munmap (FRESH_STACK_SIZE bytes) after the join.
+ * Inline, so that pthread_create is the including file's (Boehm's under
+ * GC_THREADS). */
+#define FRESH_STACK_SIZE ((size_t)1 << 20)
+static inline void *start_on_fresh_stack(pthread_t *t, void *(*fn)(void *), void *arg)
+{
+    void *stack = mmap(NULL, FRESH_STACK_SIZE, PROT_READ | PROT_WRITE,
+                       MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    assert_true(stack != MAP_FAILED);
+    pthread_attr_t attr;
+    pthread_attr_init(&attr);
+    pthread_attr_setstack(&attr, stack, FRESH_STACK_SIZE);
+    assert_int_equal(pthread_create(t, &attr, fn, arg), 0);
+    pthread_attr_destroy(&attr);
+    return stack;
+}
 
 #define NOINLINE __attribute__((noinline))
 /* Not inlined, cloned per constant argument or merged with a twin: a

@@ -255,13 +255,16 @@ int main(int argc, char **argv)
 
     GC_INIT();
     crawl_thread_attach();
-    /* The reader, compiler and callbacks stop with an error 256 KiB before
-     * the C stack's end (vm_stack_low): a stack with not much more than
-     * that fails every script with "nested too deeply" (256 KiB did). */
+    /* The reader, compiler and callbacks stop with an error
+     * VM_STACK_RESERVE before the C stack's end (vm_stack_low): a stack
+     * with not much more than that fails every script with "nested too
+     * deeply" (256 KiB did). 64 KiB over the reserve is the least run. */
     uintptr_t lo, hi, here = (uintptr_t)__builtin_frame_address(0);
-    if (crawl_thread_stack_bounds(&lo, &hi) == 0 && here - lo < ((uintptr_t)320 << 10)) {
-        fprintf(stderr, "crawlvm: the C stack is %lu KiB; crawlvm needs 320 KiB or more "
-                        "(ulimit -s)\n", (unsigned long)((hi - lo) >> 10));
+    uintptr_t least = VM_STACK_RESERVE + ((uintptr_t)64 << 10);
+    if (crawl_thread_stack_bounds(&lo, &hi) == 0 && here - lo < least) {
+        fprintf(stderr, "crawlvm: the C stack is %lu KiB; crawlvm needs %lu KiB or more "
+                        "(ulimit -s)\n", (unsigned long)((hi - lo) >> 10),
+                (unsigned long)(least >> 10));
         return 2;
     }
     crawl_install_thread_dump(SIGQUIT, STDERR_FILENO);   /* a thread dump, as the JVM's */

@@ -123,11 +123,12 @@ void vm_push_roots_directly(vm_state *vm);   /* bench/vm's build without crawl's
  * reader and the compiler, which recurse once per nesting level, stop there
  * with an error instead of overflowing (a small `ulimit -s`, or sanitizer
  * builds whose frames are larger). 0 on an unattached thread. */
+#define VM_STACK_RESERVE ((uintptr_t)256 << 10)
 static inline int vm_stack_low(void)
 {
     uintptr_t lo, hi;
     return crawl_thread_stack_bounds(&lo, &hi) == 0 &&
-           (uintptr_t)__builtin_frame_address(0) - lo < ((uintptr_t)256 << 10);
+           (uintptr_t)__builtin_frame_address(0) - lo < VM_STACK_RESERVE;
 }
 
 #endif

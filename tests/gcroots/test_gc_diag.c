@@ -63,21 +63,12 @@ static int census_to(const void *unused, int fd)
 
 /* Run fn on a new Boehm-registered thread with a fresh, zeroed stack: no
  * stale words from earlier tests, which conservative scanning would see. */
-static void *(*thread_fn)(void *);
 static void run_on_fresh_thread(void *(*fn)(void *))
 {
-    size_t size = 1 << 20;
-    void *stack = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    assert_true(stack != MAP_FAILED);
-    pthread_attr_t attr;
-    pthread_attr_init(&attr);
-    pthread_attr_setstack(&attr, stack, size);
     pthread_t t;
-    thread_fn = fn;
-    assert_int_equal(pthread_create(&t, &attr, fn, NULL), 0);   /* GC_pthread_create */
+    void *stack = start_on_fresh_stack(&t, fn, NULL);   /* GC_pthread_create */
     pthread_join(t, NULL);
-    pthread_attr_destroy(&attr);
-    munmap(stack, size);
+    munmap(stack, FRESH_STACK_SIZE);
 }
 
 /* ---- a Frame type reporting what the test plants ------------------------------------ */

@@ -950,22 +950,15 @@ static void test_check_while_a_thread_blocks_signals(void **state)
     /* on a fresh stack: on one glibc kept from an earlier test's thread a
      * live slot held that thread's malloc top pointer, which the chunk's
      * address plus 32 equalled */
-    size_t size = 1 << 20;
-    void *stack = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    assert_true(stack != MAP_FAILED);
-    pthread_attr_t attr;
-    pthread_attr_init(&attr);
-    pthread_attr_setstack(&attr, stack, size);
     pthread_t t;
-    assert_int_equal(pthread_create(&t, &attr, block_briefly, NULL), 0);
-    pthread_attr_destroy(&attr);
+    void *stack = start_on_fresh_stack(&t, block_briefly, NULL);
     while (atomic_load(&blocker_state) != 1)
         sched_yield();
     long leaked;
     char *buf = leak_report(&leaked);
     atomic_store(&blocker_state, 2);
     assert_int_equal(pthread_join(t, NULL), 0);
-    munmap(stack, size);
+    munmap(stack, FRESH_STACK_SIZE);
     /* (its own leak, whatever an earlier test that failed left) */
     HAS(buf, "Direct leak of 40 byte(s) in 1 object(s) allocated from:");
     assert_true(leaked >= 1);

@@ -678,6 +678,18 @@ static void test_heap_profile_under_asan(void **state)
 #endif
 }
 
+/* Run script under an RLIMIT_DATA of kib (not under AddressSanitizer,
+ * whose shadow is data: there with no limit) */
+static void run_with_data_limit(proc *p, const char *script, rlim_t kib)
+{
+#if defined(__SANITIZE_ADDRESS__)
+    (void)kib;
+    crawlvm(p, (const char *[]){"-e", script, NULL});
+#else
+    run_with_limit(p, (const char *[]){"-e", script, NULL}, RLIMIT_DATA, kib);
+#endif
+}
+
 /* Buffers a script drops are freed by collections the VM forces for them
  * (Boehm does not see their malloc'ed memory: 40 dropped 64 MiB buffers
  * made 2.6 GiB with no collection): 1 GiB of dropped 32 MiB buffers runs
@@ -689,11 +701,7 @@ static void test_dropped_buffers_are_collected(void **state)
                                  "(while (< i 32) (make-buffer 33554432) (set! i (+ i 1)))\n"
                                  "(print \"collected\" (> (gc-count) 3))\n";
     proc p;
-#if defined(__SANITIZE_ADDRESS__)
-    crawlvm(&p, (const char *[]){"-e", script, NULL});
-#else
-    run_with_limit(&p, (const char *[]){"-e", script, NULL}, RLIMIT_DATA, 512 << 10);
-#endif
+    run_with_data_limit(&p, script, 512 << 10);
     EXPECT_EXIT(&p, 0);
     assert_string_equal(p.out, "collected #t\n");
     /* and when the allocator says no, dropped ones are collected and it is
@@ -705,11 +713,7 @@ static void test_dropped_buffers_are_collected(void **state)
     static const char big[] = "(define i 0)\n"
                               "(while (< i 8) (make-buffer 115343360) (set! i (+ i 1)))\n"
                               "(print \"done\")\n";
-#if defined(__SANITIZE_ADDRESS__)
-    crawlvm(&p, (const char *[]){"-e", big, NULL});
-#else
-    run_with_limit(&p, (const char *[]){"-e", big, NULL}, RLIMIT_DATA, 360 << 10);
-#endif
+    run_with_data_limit(&p, big, 360 << 10);
     EXPECT_EXIT(&p, 0);
     assert_string_equal(p.out, "done\n");
 }
