@@ -174,7 +174,7 @@ static inline __attribute__((always_inline)) void forget(void *p) { crawl_heap_p
 static inline __attribute__((always_inline)) int plain_alloc(size_t n)
 {
     int kind = __atomic_load_n(&crawl__hook_kind, __ATOMIC_RELAXED);
-    if (kind == CRAWL__HOOK_SAMPLED) {
+    if (__builtin_expect(kind == CRAWL__HOOK_SAMPLED, 1)) {
         long left = crawl__hp_countdown - (long)n - 1;
         if (__builtin_expect(left <= 0, 0))
             return 0;
@@ -258,19 +258,30 @@ __attribute__((noinline)) static void free_slow(void *p)
 }
 
 /* glibc's free unless p is the pool's or the free filter has it (a chunk
- * the heap profile holds, a bootstrap block): two tests, each branching
- * off to free_slow, so that glibc is reached without a taken branch (and
- * without a frame). Expanded into free and each operator delete, so that a
- * free stack starts at the entry point the program called. */
+ * the heap profile holds, a bootstrap block), each tested only once
+ * crawl__free_kind says it can be so: the sampled heap profile's frees
+ * test the filter alone, GWP-ASan's the pool alone, and a process with
+ * neither goes straight to glibc. Each test branches off to free_slow, so
+ * that glibc is reached without a frame. Expanded into free and each
+ * operator delete, so that a free stack starts at the entry point the
+ * program called. */
 static inline __attribute__((always_inline)) void release(void *p)
 {
-    if (__builtin_expect(crawl_gpa_owns_inline(p), 0) ||
-        __builtin_expect(crawl__hp_filter_has(p), 0)) {
-        free_slow(p);
-        NO_TAIL(p);                      /* the entry point's frame stays: the stack starts there */
-        return;
+    int kind = __atomic_load_n(&crawl__free_kind, __ATOMIC_RELAXED);
+    if (__builtin_expect(kind == CRAWL__FREE_FILTER, 1)) {
+        if (__builtin_expect(crawl__hp_filter_has(p), 0))
+            goto slow;
+    } else if (kind != 0) {
+        if (__builtin_expect(crawl_gpa_owns_inline(p), 0))
+            goto slow;
+        if ((kind & CRAWL__FREE_FILTER) && __builtin_expect(crawl__hp_filter_has(p), 0))
+            goto slow;
     }
     real_free(p);
+    return;
+slow:
+    free_slow(p);
+    NO_TAIL(p);                          /* the entry point's frame stays: the stack starts there */
 }
 
 EXPORT void free(void *p) { release(p); }

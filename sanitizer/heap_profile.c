@@ -31,6 +31,7 @@
 CRAWL_API struct crawl__hp_fast crawl__hp;
 CRAWL_API __thread long crawl__hp_countdown __attribute__((tls_model("initial-exec")));
 CRAWL_API int crawl__hook_kind;          /* CRAWL__HOOK_GPA (0) until the options are read */
+CRAWL_API int crawl__free_kind;          /* CRAWL__FREE_* bits, only ever set */
 
 typedef struct shard {
     atomic_int lock;                    /* shard_lock */
@@ -101,6 +102,8 @@ static void filter_set(unsigned slot, unsigned char count)
 {
     uint64_t *w = &crawl__hp.bits[slot / 64], m = (uint64_t)1 << (slot % 64);
     uint64_t was = __atomic_load_n(w, __ATOMIC_RELAXED);
+    if (count && !(__atomic_load_n(&crawl__free_kind, __ATOMIC_RELAXED) & CRAWL__FREE_FILTER))
+        __atomic_fetch_or(&crawl__free_kind, CRAWL__FREE_FILTER, __ATOMIC_RELAXED);   /* before the bit */
     __atomic_store_n(&crawl__hp.counts[slot], count, __ATOMIC_RELAXED);
     if (!!(was & m) != (count != 0))
         __atomic_store_n(w, was ^ m, __ATOMIC_RELAXED);

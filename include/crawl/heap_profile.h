@@ -69,6 +69,15 @@ CRAWL_API extern __thread long crawl__hp_countdown __attribute__((tls_model("ini
  * the slow path (recording every allocation). Not API. */
 enum { CRAWL__HOOK_GPA, CRAWL__HOOK_PLAIN, CRAWL__HOOK_SAMPLED, CRAWL__HOOK_BOTH, CRAWL__HOOK_SLOW };
 CRAWL_API extern int crawl__hook_kind;
+/* What libcrawl-preload.so's free must test before it calls glibc's, in
+ * one load: FREE_POOL once the guarded pool is made (an address in it goes
+ * back to the pool), FREE_FILTER once a pointer was first put in the free
+ * filter (recorded, or stuck there). 0: neither, glibc's free at once.
+ * Bits are only ever set, each before what needs it is published (the
+ * pool's bounds, the filter's bit), so a free of a pointer handed over
+ * from the thread that got it sees them. Not API. */
+enum { CRAWL__FREE_POOL = 1, CRAWL__FREE_FILTER = 2 };
+CRAWL_API extern int crawl__free_kind;
 /* Non-zero while the thread is inside pthread_getattr_np (counted by
  * libcrawl-preload.so's wrapper). glibc holds the thread's lock there and
  * allocates (fopen of /proc/self/maps, the CPU set): a walk made for such

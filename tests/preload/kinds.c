@@ -1,4 +1,5 @@
-/* The preload's malloc fast path follows crawl__hook_kind: these check that
+/* The preload's malloc fast path follows crawl__hook_kind, its free
+ * crawl__free_kind: these check that
  * each change of what it depends on (the heap profile started and stopped,
  * sampled or not, gpa_sample_rate set at run time, the pool made) reaches
  * the very next malloc of a thread that was already allocating. Linked
@@ -63,6 +64,8 @@ static void test_nothing_to_do(void **state)
     (void)state;
     warm_up();
     expect(CRAWL__HOOK_PLAIN, 10, 0, 0, 0, 0);
+    /* nothing recorded, no pool: free goes straight to glibc's */
+    assert_int_equal(crawl__free_kind, 0);
 }
 
 static void test_every_allocation_at_once(void **state)
@@ -72,8 +75,15 @@ static void test_every_allocation_at_once(void **state)
     assert_int_equal(crawl_sanitizer_set_options("heap_sample_bytes=0"), 0);
     assert_int_equal(crawl_heap_profile_start(), 0);
     expect(CRAWL__HOOK_SLOW, 10, 0, 0, 10, 10);
+    assert_int_equal(crawl__free_kind, CRAWL__FREE_FILTER);
+    void *volatile kept = malloc(40);   /* (volatile: not elided with its free) */
+    size_t with = live_objects();
     crawl_heap_profile_stop();
     expect(CRAWL__HOOK_PLAIN, 10, 0, 0, 0, 0);
+    /* a chunk recorded before the stop is still taken out by its free */
+    assert_int_equal(crawl__free_kind, CRAWL__FREE_FILTER);
+    free(kept);
+    assert_int_equal(live_objects(), with - 1);
 }
 
 /* sampling every 16 bytes on average: an allocation of 40 counts 41, so
@@ -168,6 +178,7 @@ static void test_pool_switched_on(void **state)
         assert_true(calls <= 1 << 20);
     }
     expect(CRAWL__HOOK_GPA, 10, 10, 10, 0, 0);
+    assert_int_equal(crawl__free_kind, CRAWL__FREE_POOL | CRAWL__FREE_FILTER);
 }
 
 static void test_sampled_with_pool(void **state)
