@@ -12,7 +12,6 @@
 #include <fcntl.h>
 #include <sched.h>
 #include <signal.h>
-#include <math.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -27,6 +26,7 @@
 #include <crawl/heap_profile.h>
 
 #include "sanitizer/heap_profile_internal.h"
+#include "sanitizer/neg_log.h"
 
 CRAWL_API struct crawl__hp_fast crawl__hp;
 CRAWL_API __thread long crawl__hp_countdown __attribute__((tls_model("initial-exec")));
@@ -291,7 +291,7 @@ static uint64_t next_random(void)
 static long next_interval(unsigned long n)
 {
     double u = ((double)(next_random() >> 11) + 0.5) / 9007199254740992.0;   /* (0, 1) */
-    double x = -log(u) * (double)n;
+    double x = crawl__neg_log(u) * (double)n;
     return x < 1 ? 1 : x > 1e15 ? (long)1e15 : (long)x;
 }
 

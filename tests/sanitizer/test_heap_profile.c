@@ -6,6 +6,7 @@
 #define _GNU_SOURCE
 #include "../support.h"
 #include "rbp_hold.h"
+#include "../../sanitizer/neg_log.h"
 
 #include <crawl/heap_profile.h>
 #include <crawl/sanitizer.h>
@@ -13,6 +14,7 @@
 #include <alloca.h>
 #include <dirent.h>
 #include <errno.h>
+#include <math.h>
 #include <sys/stat.h>
 #include <sched.h>
 #include <fcntl.h>
@@ -279,6 +281,28 @@ static void test_sampled_estimate(void **state)
         my_free(many[i]);
     assert_int_equal(crawl_sanitizer_set_options("heap_sample_bytes=0"), 0);
     assert_int_equal(crawl_heap_profile_start(), 0);
+}
+
+/* The sampler's -ln(u) without libm: against log over the whole range a
+ * draw can take, from 2^-54 to 1, across both halves of each binade. */
+static void test_neg_log(void **state)
+{
+    (void)state;
+    double worst = 0;
+    for (double u = 0x1p-54; u <= 1; u *= 1.0009765625) {
+        double want = -log(u), got = crawl__neg_log(u);
+        double err = want ? fabs(got - want) / want : fabs(got);
+        worst = err > worst ? err : worst;
+    }
+    for (int i = 1; i < 1 << 16; i++) {   /* near 1, where -ln u is small */
+        double u = 1 - i * 0x1p-53, want = -log(u);
+        double err = fabs(crawl__neg_log(u) - want) / want;
+        worst = err > worst ? err : worst;
+    }
+    print_message("worst relative error %.3g\n", worst);
+    assert_true(worst < 1e-10);
+    assert_true(crawl__neg_log(1) == 0);
+    assert_true(fabs(crawl__neg_log(0.5) - 0.6931471805599453) < 1e-15);
 }
 
 /* ---- mapped regions (heap_profile_mmap=1) ------------------------------------------- */
@@ -1232,6 +1256,7 @@ int main(void)
         cmocka_unit_test(test_table_churn),
         cmocka_unit_test(test_stop_keeps_taking_frees),
         cmocka_unit_test(test_sampled_estimate),
+        cmocka_unit_test(test_neg_log),
         cmocka_unit_test(test_mapped_regions),
         cmocka_unit_test(test_leak_check),
         cmocka_unit_test(test_freed_memory_is_no_root),
