@@ -9,10 +9,17 @@
 
 #include "gcroots/gc_internal.h"
 
+/* An object's words, newest frame first: the first MAX_WORDS, and how
+ * many in all. A word need not be the one the program meant: a slot a
+ * frame never wrote may keep a stale copy from an earlier, deeper call
+ * (in a -O0 build, often), so each is listed. */
+enum { MAX_WORDS = 8 };
 typedef struct finding {
-    uintptr_t object, slot;
+    uintptr_t object;
     size_t size;
-    size_t frame;                       /* index into the frames */
+    size_t nwords;
+    uintptr_t slot[MAX_WORDS];
+    size_t frame[MAX_WORDS];            /* index into the frames */
 } finding;
 
 typedef struct scan {
@@ -32,12 +39,12 @@ GC_SCANS static void static_source(uintptr_t lo, uintptr_t hi, const char *modul
         gc_graph_source(&s->g, *(const uintptr_t *)a, -1, 0);
 }
 
-static int already(const scan *s, uintptr_t object)
+static finding *already(const scan *s, uintptr_t object)
 {
     for (size_t i = 0; i < s->nfound; i++)
         if (s->found[i].object == object)
-            return 1;
-    return 0;
+            return &s->found[i];
+    return NULL;
 }
 
 /* Under Boehm's lock: everything the precise roots reach, then the frames'
@@ -56,11 +63,18 @@ GC_SCANS static void *GC_CALLBACK find_unreported(void *arg)
         for (uintptr_t a = fr->sp; a + sizeof(uintptr_t) <= fr->cfa; a += sizeof(uintptr_t)) {
             uintptr_t v = *(const uintptr_t *)a;
             void *base = v >= 4096 ? GC_base((void *)v) : NULL;
-            if (!base || gc_graph_find(&s->g, (uintptr_t)base) >= 0 || already(s, (uintptr_t)base))
+            if (!base || gc_graph_find(&s->g, (uintptr_t)base) >= 0)
                 continue;
-            if (gc_reserve(&s->found, &s->capfound, s->nfound, sizeof *s->found) != 0)
-                return NULL;
-            s->found[s->nfound++] = (finding){(uintptr_t)base, a, GC_size(base), f};
+            finding *x = already(s, (uintptr_t)base);
+            if (!x) {
+                if (gc_reserve(&s->found, &s->capfound, s->nfound, sizeof *s->found) != 0)
+                    return NULL;
+                x = &s->found[s->nfound++];
+                *x = (finding){.object = (uintptr_t)base, .size = GC_size(base)};
+            }
+            if (x->nwords < MAX_WORDS)
+                x->slot[x->nwords] = a, x->frame[x->nwords] = f;
+            x->nwords++;
         }
     }
     return NULL;
@@ -76,19 +90,26 @@ static const char *script_near(const scan *s, size_t f, int dir)
 
 static void report_finding(const scan *s, const finding *x)
 {
-    const gc_frame_rec *fr = &s->frames[x->frame];
     gc_obj e;
     size_t size = gc_obj_find(x->object, &e) ? e.size : x->size;   /* as requested */
     crawl_report *r = crawl_report_begin();
     crawl_report_printf(r, "==%d==ERROR: crawl-boehm: unreported-reference: %p (%zu-byte object) "
                            "is alive only through a word the collector scans conservatively\n",
                         (int)getpid(), (void *)x->object, size);
-    crawl_report_printf(r, "  the word at %p (sp+%lu) in the frame of %s\n", (void *)x->slot,
-                        (unsigned long)(x->slot - fr->sp), fr->text);
-    const char *newer = script_near(s, x->frame, -1), *older = script_near(s, x->frame, +1);
-    if (newer || older)
-        crawl_report_printf(r, "  between script frames: %s (newer) and %s (older)\n",
-                            newer ? newer : "none", older ? older : "none");
+    for (size_t i = 0; i < x->nwords && i < MAX_WORDS; i++) {
+        const gc_frame_rec *fr = &s->frames[x->frame[i]];
+        crawl_report_printf(r, "  the word at %p (sp+%lu) in the frame of %s\n", (void *)x->slot[i],
+                            (unsigned long)(x->slot[i] - fr->sp), fr->text);
+        const char *newer = script_near(s, x->frame[i], -1), *older = script_near(s, x->frame[i], +1);
+        if (newer || older)
+            crawl_report_printf(r, "  between script frames: %s (newer) and %s (older)\n",
+                                newer ? newer : "none", older ? older : "none");
+    }
+    if (x->nwords > MAX_WORDS)
+        crawl_report_printf(r, "  and %zu more word(s) in these frames\n", x->nwords - MAX_WORDS);
+    if (x->nwords > 1)
+        crawl_report_printf(r, "  (a slot its function never wrote may hold a stale copy from an "
+                               "earlier call)\n");
     crawl_report_printf(r, "  no Frame reports a slot holding it, and no static data or "
                            "reported root reaches it\n");
     gc_report_object(r, x->object, size);

@@ -487,6 +487,47 @@ static void test_unreported_reference(void **state)
     run_on_fresh_thread(forgets_a_root);
 }
 
+/* One object kept by words in two frames: the report lists both, newest
+ * first (it listed the first only: in a -O0 build of crawl, that was a
+ * stale copy in a frame that never held it, and the real one went
+ * unnamed). */
+NOINLINE static void *holds_it_too(obj *a)
+{
+    obj *volatile again = a;            /* the newer frame's word */
+    clear_reports();
+    unsigned n = crawl_gc_verify();
+    if (n != 1)
+        fprintf(stderr, "verify found %u:\n%s", n, reports);
+    assert_int_equal(n, 1);
+    t_expect_lines(reports, (const char *const[]){
+        "ERROR: crawl-boehm: unreported-reference: 0x[0-9a-f]+ \\(32-byte object\\)",
+        "^  the word at 0x[0-9a-f]+ \\(sp\\+[0-9]+\\) in the frame of holds_it_too "
+        ".*test_gc_diag.c:[0-9]+$",
+        "^  the word at 0x[0-9a-f]+ \\(sp\\+[0-9]+\\) in the frame of holds_it_twice "
+        ".*test_gc_diag.c:[0-9]+$",
+        "^  \\(a slot its function never wrote may hold a stale copy from an earlier call\\)$",
+        "^SUMMARY: crawl-boehm: unreported-reference$",
+        NULL});
+    return (void *)again->field[0];
+}
+
+NOINLINE static void *holds_it_twice(void *unused)
+{
+    (void)unused;
+    crawl_thread_attach();
+    obj *volatile mine = forgotten_alloc();   /* the older frame's word */
+    void *r = holds_it_too(mine);
+    (void)mine->field[0];
+    crawl_thread_detach();
+    return r;
+}
+
+static void test_unreported_reference_in_two_frames(void **state)
+{
+    (void)state;
+    run_on_fresh_thread(holds_it_twice);
+}
+
 /* ---- GC stress ------------------------------------------------------------------- */
 
 static void test_gc_stress(void **state)
@@ -652,6 +693,7 @@ int main(void)
         cmocka_unit_test(test_verify_many_more_roots),
         cmocka_unit_test(test_verify_silent_on_correct_code),
         cmocka_unit_test(test_unreported_reference),
+        cmocka_unit_test(test_unreported_reference_in_two_frames),
         cmocka_unit_test(test_gc_stress),
         cmocka_unit_test(test_gc_stress_transitions),
         cmocka_unit_test(test_use_after_collect),
