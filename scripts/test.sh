@@ -1,8 +1,9 @@
 #!/bin/sh
 # Build and run every test: the optimized build, then the whole suite again
 # under AddressSanitizer + UndefinedBehaviorSanitizer, the thread tests
-# (label tsan) under clang's ThreadSanitizer, and the whole suite built with
-# clang.
+# (label tsan) under clang's ThreadSanitizer, the whole suite built with
+# clang, and the whole suite in a plain -O0 Debug build (as a new user may
+# build it: tests that assumed the optimizer's inlining failed there).
 # GCC 12's ThreadSanitizer runtime (the old v2 one) reports a race in the
 # stress test about once in 50 runs that clang 14's (v3) never reports in
 # hundreds, while v3 catches the race at once when the snapshot reclaim is
@@ -14,7 +15,7 @@ cd "$(dirname "$0")/.."
 # gdb reading crawl's JIT symbol files
 crawl_ensure_deps clang lua5.4 python3 gdb linux-perf
 jobs=$(nproc)
-presets="dev asan tsan clang"
+presets="dev asan tsan clang debug"
 for preset in $presets; do
     echo "== $preset build"
     cmake --preset "$preset" -DCRAWL_BUILD_TESTS=ON >/dev/null
