@@ -18,8 +18,11 @@
 # heaptrack has none: its cost is the last row's. Medians of the workload's
 # own wall time; each overhead is the median of the rounds' own ratios to
 # the glibc run of the same round (paired: this machine's speed drifts by
-# more than the differences between the cheap rows within minutes); the
-# cheap rows show those ratios' quartiles too.
+# more than the differences between the cheap rows within minutes). The
+# cheap rows (sampled, the preload alone, GWP-ASan, the floor) run in 4 x
+# ROUNDS rounds of their own after the others, each with its own glibc run,
+# and show their ratios' quartiles too: a few percent apart, they need the
+# extra rounds for a median that holds still.
 # usage: bench/heap_profile.sh [BUILD_DIR] [ITERATIONS] [ROUNDS (5)]
 set -eu
 build=${1:-$(dirname "$0")/../build/dev}
@@ -49,6 +52,16 @@ for round in $(seq "$rounds"); do
     CRAWL_OPTIONS=heap_profile=1:gpa_sample_rate=0 LD_PRELOAD=$pre run crawl $pin "$work" "$iters"
     CRAWL_OPTIONS=heap_profile=1:heap_stack_fast=1:gpa_sample_rate=0 LD_PRELOAD=$pre \
         run crawl_fast $pin "$work" "$iters"
+    run glibc_div $pin "$work" "$iters" diverse
+    CRAWL_OPTIONS=heap_profile=1:gpa_sample_rate=0 LD_PRELOAD=$pre run crawl_div $pin "$work" "$iters" diverse
+    rm -f "$tmp"/ht*
+done
+# The cheap rows, a few percent apart, in rounds of their own: four times as
+# many (each paired with a glibc run of its own), so that their medians hold
+# still to about half a point here.
+cheap=$((4 * rounds))
+for round in $(seq "$cheap"); do
+    run glibc_c $pin "$work" "$iters"
     CRAWL_OPTIONS=heap_profile=1:heap_sample_bytes=524288:gpa_sample_rate=0 LD_PRELOAD=$pre \
         run sampled $pin "$work" "$iters"
     CRAWL_OPTIONS=heap_profile=1:heap_sample_bytes=2097152:gpa_sample_rate=0 LD_PRELOAD=$pre \
@@ -56,20 +69,17 @@ for round in $(seq "$rounds"); do
     CRAWL_OPTIONS=gpa_sample_rate=0 LD_PRELOAD=$pre run preload $pin "$work" "$iters"
     LD_PRELOAD=$pre run gpa $pin "$work" "$iters"
     LD_PRELOAD=$floor run floor $pin "$work" "$iters"
-    run glibc_div $pin "$work" "$iters" diverse
-    CRAWL_OPTIONS=heap_profile=1:gpa_sample_rate=0 LD_PRELOAD=$pre run crawl_div $pin "$work" "$iters" diverse
-    rm -f "$tmp"/ht*
 done
 # the median of the numbers on stdin, one a line
 median() { sort -n | awk '{ v[NR] = $1 } END { print NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
 med() { median <"$tmp/$1"; }
 # the median of the rounds' ratios of $1's time to $2's (default glibc's)
 ratio() { paste "$tmp/${2:-glibc}" "$tmp/$1" | awk '{ printf "%.6f\n", $2 / $1 }' | median; }
-# the rounds' ratios of $1's time to glibc's: their lower and upper
+# the cheap rounds' ratios of $1's time to glibc's: their lower and upper
 # quartiles as overheads (Tukey's hinges: the medians of the lower and upper
 # halves), the spread a single run of this machine may show
 spread() {
-    paste "$tmp/glibc" "$tmp/$1" | awk '{ printf "%.6f\n", $2 / $1 }' | sort -n | awk '
+    paste "$tmp/glibc_c" "$tmp/$1" | awk '{ printf "%.6f\n", $2 / $1 }' | sort -n | awk '
         function med(a, b,   k) { k = b - a + 1; return k % 2 ? v[a + (k - 1) / 2] : (v[a + k / 2 - 1] + v[a + k / 2]) / 2 }
         { v[NR] = $1 }
         END { h = int((NR + 1) / 2); printf "quartiles %+.1f%% .. %+.1f%%", 100 * (med(1, h) - 1), 100 * (med(NR - h + 1, NR) - 1) }'
@@ -79,13 +89,13 @@ h=$([ $have_heaptrack -eq 1 ] && med heaptrack || echo 0)
 h1=$([ $have_heaptrack -eq 1 ] && med heaptrack_1cpu || echo 0)
 rh=$([ $have_heaptrack -eq 1 ] && ratio heaptrack || echo 0)
 rh1=$([ $have_heaptrack -eq 1 ] && ratio heaptrack_1cpu || echo 0)
-echo "bench/heap_profile: $iters malloc/free pairs, seconds (median of $rounds; all but the first heaptrack row pinned to one core)"
+echo "bench/heap_profile: $iters malloc/free pairs, seconds (median of $rounds rounds, of $cheap for the rows with quartiles; all but the first heaptrack row pinned to one core)"
 echo "  (x and overhead: the median of each round's ratio to that round's glibc run)"
 awk -v g="$g" -v h="$h" -v h1="$h1" -v rh="$rh" -v rh1="$rh1" \
     -v c="$(med crawl)" -v rc="$(ratio crawl)" -v f="$(med crawl_fast)" -v rf="$(ratio crawl_fast)" \
-    -v s="$(med sampled)" -v rs="$(ratio sampled)" -v p="$(med preload)" -v rp="$(ratio preload)" \
-    -v a="$(med gpa)" -v ra="$(ratio gpa)" -v fl="$(med floor)" -v rfl="$(ratio floor)" \
-    -v s2="$(med sampled2m)" -v rs2="$(ratio sampled2m)" -v qs2="$(spread sampled2m)" \
+    -v s="$(med sampled)" -v rs="$(ratio sampled glibc_c)" -v p="$(med preload)" -v rp="$(ratio preload glibc_c)" \
+    -v a="$(med gpa)" -v ra="$(ratio gpa glibc_c)" -v fl="$(med floor)" -v rfl="$(ratio floor glibc_c)" \
+    -v s2="$(med sampled2m)" -v rs2="$(ratio sampled2m glibc_c)" -v qs2="$(spread sampled2m)" \
     -v qs="$(spread sampled)" -v qp="$(spread preload)" -v qf="$(spread floor)" \
     -v gd="$(med glibc_div)" -v cd="$(med crawl_div)" -v rcd="$(ratio crawl_div glibc_div)" '
 function row(name, t, r) { printf "  %-35s%7.3f  %6.2fx  overhead %+7.1f%%", name, t, r, 100 * (r - 1) }
