@@ -290,7 +290,7 @@ static uint64_t next_random(void)
  * equally likely to be the one sampled. */
 static long next_interval(unsigned long n)
 {
-    double u = ((double)(next_random() >> 11) + 0.5) / 9007199254740992.0;   /* (0, 1) */
+    double u = ((double)(next_random() >> 11) + 0.5) / 9007199254740992.0;   /* (0, 1]: 1 rounds up */
     double x = crawl__neg_log(u) * (double)n;
     return x < 1 ? 1 : x > 1e15 ? (long)1e15 : (long)x;
 }

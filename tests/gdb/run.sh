@@ -38,6 +38,13 @@ check "live crawl bt" "$work/live" "==crawl bt" " in b_gc at " \
 check "live bt (frame filter)" "$work/live" "==bt" "#0  b_gc" \
     "    Frame 'crawlvm-interpreter'" "    inner -e:1" "    spin -e:1" " in vm_interp_run (" \
     "==crawl frames"
+# and right before it: the line after the last script frame is vm_interp_run's
+if ! awk '/^==bt/ { on = 1 } /^==crawl frames/ { on = 0 }
+          on && prev ~ /^    <toplevel> -e:1/ { ok = index($0, " in vm_interp_run (") > 0 }
+          on { prev = $0 } END { exit !ok }' "$work/live"; then
+    echo "gdb-ext: live bt: the script frames are not right before vm_interp_run"
+    cat "$work/live"; fail=1
+fi
 check "live crawl frames" "$work/live" "==crawl frames" "1 Frame(s)" \
     "#0 Frame 'crawlvm-interpreter' at 0x" "     in inner -e:1" "     in spin -e:1"
 check "live crawl roots" "$work/live" "==crawl roots" "crawlvm-interpreter"

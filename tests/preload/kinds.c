@@ -64,8 +64,13 @@ static void test_nothing_to_do(void **state)
     (void)state;
     warm_up();
     expect(CRAWL__HOOK_PLAIN, 10, 0, 0, 0, 0);
-    /* nothing recorded, no pool: free goes straight to glibc's */
-    assert_int_equal(crawl__free_kind, 0);
+    /* nothing recorded, no pool: free goes straight to glibc's (unless
+     * the preload stuck bootstrap blocks in the filter: a glibc whose
+     * dlsym allocates) */
+    int stuck = 0;
+    for (size_t i = 0; i < sizeof crawl__hp.bits / sizeof *crawl__hp.bits; i++)
+        stuck |= crawl__hp.bits[i] != 0;
+    assert_int_equal(crawl__free_kind, stuck ? CRAWL__FREE_FILTER : 0);
 }
 
 static void test_every_allocation_at_once(void **state)
