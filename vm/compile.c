@@ -172,6 +172,11 @@ static int resolve(compiler *c, func *f, const char *name, int *index)
         return R_SELF;
     if (!f->outer)
         return R_GLOBAL;
+    /* once per enclosing function: thousands of nested lambdas that
+     * capture a variable from the outermost one overflowed the C stack
+     * here, below compile_expr's own check (found by an outside test) */
+    if (vm_stack_low())
+        cerror(c, c->at, "expression nested too deeply for the C stack");
     int outer_index;
     int kind = resolve(c, f->outer, name, &outer_index);
     if (kind == R_GLOBAL)

@@ -844,6 +844,28 @@ static void test_deep_nesting_small_stack(void **state)
 #else
     EXPECT_IN(p.err, "syntax error: ");   /* the stack may run low first */
 #endif
+    /* 9,990 nested lambdas, the innermost using the outermost's parameter:
+     * resolving it recursed once per enclosing function, and died of
+     * SIGSEGV with 1.5 to 4 MiB of stack (found by an outside test) */
+    FILE *nl = fopen(path, "w");
+    assert_non_null(nl);
+    fputs("(define (f x) ", nl);
+    for (int i = 0; i < 9990; i++)
+        fputs("(lambda () ", nl);
+    fputc('x', nl);
+    for (int i = 0; i < 9990; i++)
+        fputc(')', nl);
+    fputs(") (print (f 1))", nl);
+    fclose(nl);
+    for (rlim_t kib = 1536; kib <= 4096; kib += 1280) {
+        run_with_stack(&p, path, kib);
+        expect_runs_or_refuses(&p, "#<function lambda>\n");
+    }
+    run_with_stack(&p, path, 8192);
+#if !defined(__SANITIZE_ADDRESS__)
+    EXPECT_EXIT(&p, 0);
+#endif
+    expect_runs_or_refuses(&p, "#<function lambda>\n");
     /* equal? of two vectors 10,000 deep with a 512 KiB stack: a clear
      * error, not SIGSEGV (found by an outside test) */
     FILE *f = fopen(path, "w");
