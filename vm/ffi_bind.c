@@ -4,6 +4,7 @@
 #include <gc/gc.h>
 #include <limits.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
@@ -169,7 +170,9 @@ value vm_call_ffi(vm_state *vm, ffi_obj *f, int argc, value *argv)
     crawl_ffi_value args[CRAWL_FFI_MAX_ARGS], ret = {.L = 0};
     for (unsigned i = 0; i < n; i++)
         args[i] = to_c(vm, argv[i], crawl_ffi_arg_type(f->fn, i), name, (int)i + 1);
+    vm->in_c++;
     crawl_ffi_call(f->fn, &ret, args);
+    vm->in_c--;
     return from_c(vm, ret, crawl_ffi_ret_type(f->fn), name);
 }
 
@@ -233,9 +236,26 @@ static void callback_handler(const crawl_ffi_closure *c, crawl_ffi_value *ret,
         warn_and_return_0(msg, sizeof msg - 1, ret);
         return;
     }
+    if (vm->in_c <= 0) {
+        /* a signal handler that interrupted the interpreter (or a
+         * collection): said once, a timer's handler would say it
+         * thousands of times */
+        static const char msg[] = "crawlvm: a callback was called while the script was running, "
+                                  "not from C code it called (from a signal handler?); returning 0 "
+                                  "(said once)\n";
+        static volatile sig_atomic_t said;
+        if (said) {
+            memset(ret, 0, sizeof *ret);
+            return;
+        }
+        said = 1;
+        warn_and_return_0(msg, sizeof msg - 1, ret);
+        return;
+    }
     uintptr_t lo, hi, here = (uintptr_t)&lo;
     if (crawl_thread_stack_bounds(&lo, &hi) == 0 && here - lo < CALLBACK_STACK_RESERVE)
         vm_error(vm, "stack overflow (native code and callbacks nested too deep)");
+    vm->in_c--;                          /* the script runs again (an error restores it) */
     value argv[CRAWL_FFI_MAX_ARGS];
     unsigned n = crawl_ffi_closure_nargs(c);
     for (unsigned i = 0; i < n; i++)
@@ -244,6 +264,7 @@ static void callback_handler(const crawl_ffi_closure *c, crawl_ffi_value *ret,
     char rt = crawl_ffi_closure_ret_type(c);
     if (rt != 'v')
         *ret = to_c(vm, r, rt, "the callback's result", 0);
+    vm->in_c++;
 }
 
 static void GC_CALLBACK finalize_callback(void *o, void *unused)

@@ -222,11 +222,13 @@ int vm_eval(vm_state *v, const char *source, const char *file, value *result)
     crawl_frame *saved_frame = v->error_frame_top;
     uint32_t saved_top = v->error_top, saved_nci = v->error_nci;
     segment *saved_seg = v->error_seg;
+    int saved_in_c = v->error_in_c;
     v->on_error = &jb;
     v->error_frame_top = crawl_frame_top();
     v->error_top = v->top;
     v->error_nci = v->nci;
     v->error_seg = v->seg;
+    v->error_in_c = v->in_c;
     int rc = 0;
     value r = V_NIL;
     if (setjmp(jb) == 0) {
@@ -249,6 +251,7 @@ int vm_eval(vm_state *v, const char *source, const char *file, value *result)
     v->error_top = saved_top;
     v->error_nci = saved_nci;
     v->error_seg = saved_seg;
+    v->error_in_c = saved_in_c;
     if (result)
         *result = rc ? V_NIL : r;
     return rc;
@@ -270,6 +273,7 @@ _Noreturn void vm_error(vm_state *v, const char *fmt, ...)
     v->top = v->error_top;
     v->nci = v->error_nci;
     v->seg = v->error_seg;
+    v->in_c = v->error_in_c;
     if (v->seg)
         v->seg->ci_end = v->seg->v_end = 0;
     longjmp(*v->on_error, 1);

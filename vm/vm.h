@@ -79,6 +79,12 @@ typedef struct vm {
     jmp_buf *on_error;
     crawl_frame *error_frame_top;       /* Frame chain top to restore on error */
     uint32_t error_top, error_nci;
+    /* FFI calls in progress minus callbacks running: above 0 while this
+     * thread runs C code the script called, the only time a callback may
+     * run the VM (one from a signal handler that interrupted the
+     * interpreter would run it on a stack and a heap in mid-change). Read
+     * by signal handlers on this thread: volatile. */
+    volatile int in_c, error_in_c;
     segment *error_seg;
     char error[512];
     vm_allocator alloc;

@@ -421,6 +421,41 @@ static void test_sanitize_overflow_and_go_on(void **state)
 }
 
 /* Found in review: callbacks that recurse through C, or outlive the VM. */
+/* A timer's signal handler is a callback: while the script runs (not in
+ * C code it called) it is refused, once with a warning, and the script's
+ * own work is untouched; while it is in C code (usleep) it runs. Before,
+ * it ran on the interpreter's stack in mid-change: wrong results, Boehm's
+ * "Dirty bits not set up" abort, or a hang (found by an outside test). */
+static void test_callback_from_async_signal(void **state)
+{
+    (void)state;
+    proc p;
+    crawlvm(&p, (const char *[]){"-e",
+                                 "(define signal (ffi-fn nil \"signal\" \"p(ip)\"))\n"
+                                 "(define ualarm (ffi-fn nil \"ualarm\" \"u(uu)\"))\n"
+                                 "(define usleep (ffi-fn nil \"usleep\" \"i(u)\"))\n"
+                                 "(define hits 0)\n"
+                                 "(define (h s) (set! hits (+ hits 1)) (make-vector 100 s))\n"
+                                 "(define keep (ffi-callback h \"v(i)\"))\n"
+                                 "(signal 14 keep)\n"
+                                 "(ualarm 200 200)\n"
+                                 "(define i 0)\n(define sum 0)\n"
+                                 "(while (< i 300000) (make-vector 20 i) (set! sum (+ sum i))"
+                                 " (set! i (+ i 1)))\n"
+                                 "(ualarm 0 0)\n"
+                                 "(ualarm 2000 0)\n"
+                                 "(usleep 500000)\n"
+                                 "(print sum (> hits 0))\n",
+                                 NULL});
+    EXPECT_EXIT(&p, 0);
+    assert_string_equal(p.out, "44999850000 #t\n");
+    const char *w = "crawlvm: a callback was called while the script was running, not from C "
+                    "code it called (from a signal handler?); returning 0 (said once)\n";
+    const char *at = strstr(p.err, w);
+    assert_non_null(at);
+    assert_null(strstr(at + 1, w));
+}
+
 static void test_callback_limits(void **state)
 {
     (void)state;
@@ -905,6 +940,7 @@ int main(void)
         cmocka_unit_test(test_sanitize_sampled),
         cmocka_unit_test(test_sanitize_use_after_free),
         cmocka_unit_test(test_callback_limits),
+        cmocka_unit_test(test_callback_from_async_signal),
         cmocka_unit_test(test_sanitize_overflow_and_go_on),
         cmocka_unit_test(test_deep_nesting_small_stack),
         cmocka_unit_test(test_dropped_buffers_are_collected),
