@@ -220,6 +220,10 @@ int main(int argc, char **argv)
                 fprintf(stderr, "crawlvm: -e needs an expression\n%s", usage);
                 return 2;
             }
+            if (file || expr) {              /* (in either order: a file, then -e, ran -e alone) */
+                fprintf(stderr, "crawlvm: more than one script given\n%s", usage);
+                return 2;
+            }
             expr = argv[i];
         } else if (argv[i][0] == '-' && argv[i][1]) {
             fprintf(stderr, "crawlvm: unknown option '%s'\n%s", argv[i], usage);

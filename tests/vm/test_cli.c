@@ -100,6 +100,17 @@ static void test_usage_and_exit_codes(void **state)
     EXPECT_IN(p.err, "crawlvm: unknown option '--frobnicate'");
     crawlvm(&p, (const char *[]){"-e", NULL});
     EXPECT_EXIT(&p, 2);
+    /* two scripts, in any order: refused (a file then -e ran -e alone, and
+     * a second -e replaced the first; found by an outside test) */
+    static const char *const twice[][5] = {{"x.crawl", "-e", "(print 2)", NULL},
+                                           {"-e", "(print 1)", "-e", "(print 2)", NULL},
+                                           {"-e", "(print 1)", "x.crawl", NULL}};
+    for (size_t i = 0; i < sizeof twice / sizeof *twice; i++) {
+        crawlvm(&p, twice[i]);
+        EXPECT_EXIT(&p, 2);
+        EXPECT_IN(p.err, "crawlvm: more than one script given");
+        assert_string_equal(p.out, "");
+    }
     crawlvm(&p, (const char *[]){"/no/such/script.crawl", NULL});
     EXPECT_EXIT(&p, 2);
     EXPECT_IN(p.err, "crawlvm: cannot read '/no/such/script.crawl': No such file or directory");
