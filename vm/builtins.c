@@ -507,10 +507,22 @@ VM_BUILTIN(b_buffer_u8_ref)
     VM_UNUSED_ARGS;
     return FIX(*buffer_at(vm, argv, 1, 0, "buffer-u8-ref"));
 }
+/* A value a store's element cannot hold is refused, as the FFI refuses
+ * one its C type cannot hold (it was cut to its low bits: -1 read back as
+ * 255, 4294967297 as 1) */
+static intptr_t store_value(vm_state *vm, value v, intptr_t lo, intptr_t hi, const char *who,
+                            const char *what)
+{
+    intptr_t x = vm_arg_int(vm, v, who);
+    if (x < lo || x > hi)
+        vm_error(vm, "%s: %ld does not fit in %s (%ld to %ld)", who, (long)x, what, (long)lo,
+                 (long)hi);
+    return x;
+}
 VM_BUILTIN(b_buffer_u8_set)
 {
     VM_UNUSED_ARGS;
-    intptr_t v = vm_arg_int(vm, argv[2], "buffer-u8-set!");
+    intptr_t v = store_value(vm, argv[2], 0, UINT8_MAX, "buffer-u8-set!", "a byte");
     *buffer_at(vm, argv, 1, 1, "buffer-u8-set!") = (unsigned char)v;
     return V_NIL;
 }
@@ -524,7 +536,8 @@ VM_BUILTIN(b_buffer_i32_ref)
 VM_BUILTIN(b_buffer_i32_set)
 {
     VM_UNUSED_ARGS;
-    int32_t x = (int32_t)vm_arg_int(vm, argv[2], "buffer-i32-set!");
+    int32_t x = (int32_t)store_value(vm, argv[2], INT32_MIN, INT32_MAX, "buffer-i32-set!",
+                                     "a 32-bit integer");
     memcpy(buffer_at(vm, argv, 4, 1, "buffer-i32-set!"), &x, 4);
     return V_NIL;
 }

@@ -139,6 +139,21 @@ static void test_buffers(void **state)
                  "error: buffer-i32-ref: buffer used after buffer-free");
     expect_error("(define b (make-buffer 8)) (buffer-free b) (buffer-free b)",
                  "error: buffer-free: buffer already freed");
+    /* a value the element cannot hold is refused, not cut to its low bits
+     * (-1 read back as 255, 4294967297 as 1; found by an outside test) */
+    expect_out("(define b (make-buffer 8)) (buffer-i32-set! b 0 -2147483648)"
+               "(buffer-i32-set! b 1 2147483647) (buffer-u8-set! b 0 0)"
+               "(print (buffer-i32-ref b 0) (buffer-i32-ref b 1))",
+               "-2147483648 2147483647\n");
+    expect_error("(define b (make-buffer 8)) (buffer-u8-set! b 0 -1)",
+                 "error: buffer-u8-set!: -1 does not fit in a byte (0 to 255)");
+    expect_error("(define b (make-buffer 8)) (buffer-u8-set! b 0 256)",
+                 "error: buffer-u8-set!: 256 does not fit in a byte (0 to 255)");
+    expect_error("(define b (make-buffer 8)) (buffer-i32-set! b 0 4294967297)",
+                 "error: buffer-i32-set!: 4294967297 does not fit in a 32-bit integer "
+                 "(-2147483648 to 2147483647)");
+    expect_error("(define b (make-buffer 8)) (buffer-i32-set! b 0 -2147483649)",
+                 "error: buffer-i32-set!: -2147483649 does not fit in a 32-bit integer");
 }
 
 static void test_errors_and_tracebacks(void **state)
