@@ -140,9 +140,10 @@ CRAWL_API int crawl_backtrace(uintptr_t *pcs, int max, unsigned flags);
  * must not take locks the target could hold -- copy what it needs (Frame
  * descriptions are fine: crawl_print_all_threads symbolizes native frames
  * only after the target went on). cf->thread is the target's number.
- * Returns the walk's crawl_walk_status (DONE, ABORTED when fn aborted,
- * FAILED when the target's stack was inconsistent: what could be walked
- * was reported), or a negative errno: -EINVAL (bad arguments), -ESRCH (no
+ * Returns the walk's crawl_walk_status (DONE, ABORTED when fn aborted or
+ * the stack had more than 256 frames: the first 256 were reported, FAILED
+ * when the target's stack was inconsistent: what could be walked was
+ * reported), or a negative errno: -EINVAL (bad arguments), -ESRCH (no
  * attached thread with that tid, or it exited before it stopped),
  * -ETIMEDOUT (it did not stop within 1 s: the signal is blocked, or it is
  * stuck in the kernel with the signal pending). The time-out bounds the

@@ -180,6 +180,70 @@ static void test_walk_other_thread(void **state)
     stop(&w);
 }
 
+/* ---- a stack deeper than the 256 frames a walk of another thread keeps ---- */
+
+static char *read_all(FILE *f);
+
+static atomic_int deep_ready, deep_quit;
+static atomic_int deep_tid;
+
+static __attribute__((noinline)) int deep_down(int n)
+{
+    if (n > 0) {
+        int r = deep_down(n - 1);
+        __asm__ volatile("" : "+r"(r));   /* (not a tail call) */
+        return r + 1;
+    }
+    atomic_store(&deep_tid, (int)syscall(SYS_gettid));
+    atomic_store(&deep_ready, 1);
+    while (!atomic_load(&deep_quit))
+        usleep(1000);
+    return 0;
+}
+
+static void *deep_main(void *arg)
+{
+    (void)arg;
+    crawl_thread_attach();
+    deep_down(400);
+    crawl_thread_detach();
+    return NULL;
+}
+
+static crawl_action count_frames(const crawl_cf *cf, void *ctx)
+{
+    (void)cf;
+    ++*(int *)ctx;
+    return CRAWL_CONTINUE;
+}
+
+/* The first 256 frames, and ABORTED: the walk did not reach the stack's
+ * end (it said DONE, and a thread dump cut at 256 frames said nothing;
+ * found by an outside test) */
+static void test_deeper_than_256_frames(void **state)
+{
+    (void)state;
+    atomic_store(&deep_ready, 0), atomic_store(&deep_quit, 0);
+    pthread_t t;
+    assert_int_equal(pthread_create(&t, NULL, deep_main, NULL), 0);
+    while (!atomic_load(&deep_ready))
+        usleep(1000);
+    int n = 0;
+    assert_int_equal(crawl_walk_thread(atomic_load(&deep_tid), count_frames, &n, 0),
+                     CRAWL_WALK_ABORTED);
+    assert_int_equal(n, 256);
+    FILE *f = tmpfile();
+    assert_non_null(f);
+    assert_true(crawl_print_all_threads(fileno(f), 0) >= 1);
+    char *text = read_all(f);
+    fclose(f);
+    if (!strstr(text, "    (more than 256 frames)\n"))
+        fail_msg("no note of the cut in:\n%s", text);
+    free(text);
+    atomic_store(&deep_quit, 1);
+    pthread_join(t, NULL);
+}
+
 static void test_blocked_times_out_exited_is_esrch(void **state)
 {
     (void)state;
@@ -579,6 +643,7 @@ int main(void)
     crawl_thread_attach();
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_walk_other_thread),
+        cmocka_unit_test(test_deeper_than_256_frames),
         cmocka_unit_test(test_blocked_times_out_exited_is_esrch),
         cmocka_unit_test(test_print_all_threads),
         cmocka_unit_test(test_thread_exiting_meanwhile),
