@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/uio.h>
 #include <unistd.h>
 
@@ -43,9 +44,14 @@ void *vm_arg_obj(vm_state *vm, value v, otype t, const char *who, const char *wh
     return (void *)v;
 }
 
+/* The script's output: one that cannot be written is a script error, so
+ * that a script printing for ever stops once its reader has gone (with
+ * SIGPIPE ignored it ran on; found by an outside test) */
 static void out(vm_state *vm, const char *s, size_t n)
 {
-    vm_write_all(vm->out_fd, s, n);
+    int e = vm_write_all(vm->out_fd, s, n);
+    if (e)
+        vm_error(vm, "write error: %s", strerror(e));
 }
 
 /* ---- printing --------------------------------------------------------------- */
@@ -366,10 +372,45 @@ VM_BUILTIN(b_gc_count)
 
 #ifndef CRAWLVM_NO_FRAMES
 /* (gc-roots): crawl-boehm's census of every root, on the VM's output. */
+/* What fn writes to a file descriptor, put out as the script's output:
+ * through a memory file and out(), so that lost output is an error as
+ * print's is (crawl's own writer, given the output itself, let it go
+ * unseen: exit 0 with the census lost to /dev/full) */
+static int through_out(vm_state *vm, int (*fn)(const void *arg, int fd), const void *arg)
+{
+    int mfd = memfd_create("crawlvm-out", MFD_CLOEXEC);
+    if (mfd < 0)
+        return fn(arg, vm->out_fd);      /* (no memfd: straight out, unchecked) */
+    int rc = fn(arg, mfd);
+    char buf[4096];
+    for (off_t at = 0;;) {
+        ssize_t k = pread(mfd, buf, sizeof buf, at);
+        if (k < 0 && errno == EINTR)
+            continue;
+        if (k <= 0)
+            break;
+        at += k;
+        int e = vm_write_all(vm->out_fd, buf, (size_t)k);
+        if (e) {
+            close(mfd);
+            vm_error(vm, "write error: %s", strerror(e));
+        }
+    }
+    close(mfd);
+    return rc;
+}
+static int census_to(const void *unused, int fd)
+{
+    (void)unused;
+    crawl_gc_census(fd);
+    return 0;
+}
+static int why_to(const void *o, int fd) { return crawl_gc_why(o, fd); }
+
 VM_BUILTIN(b_gc_roots)
 {
     VM_UNUSED_ARGS;
-    crawl_gc_census(vm->out_fd);
+    through_out(vm, census_to, NULL);
     return V_NIL;
 }
 
@@ -380,7 +421,7 @@ VM_BUILTIN(b_gc_why)
     VM_UNUSED_ARGS;
     if (!IS_OBJ(argv[0]))
         vm_error(vm, "type error: gc-why expects an object, got %s", vm_type_name(argv[0]));
-    int rc = crawl_gc_why((const void *)argv[0], vm->out_fd);
+    int rc = through_out(vm, why_to, (const void *)argv[0]);
     return FIX(rc < 0 ? -1 : rc);
 }
 #endif

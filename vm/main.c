@@ -172,6 +172,10 @@ int main(int argc, char **argv)
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
             fputs(usage, stdout);
+            if (fflush(stdout) != 0) {   /* (lost to /dev/full: not a success) */
+                fprintf(stderr, "crawlvm: write error: %s\n", strerror(errno));
+                return 1;
+            }
             return 0;
         } else if (strcmp(argv[i], "--native") == 0) {
             native = 1;

@@ -35,7 +35,7 @@ static void plain_release(void *p) { free(p); }
 
 static int write_errno;                 /* the first write error (vm_write_error) */
 
-void vm_write_all(int fd, const char *s, size_t n)
+int vm_write_all(int fd, const char *s, size_t n)
 {
     while (n) {
         ssize_t w = write(fd, s, n);
@@ -45,11 +45,12 @@ void vm_write_all(int fd, const char *s, size_t n)
             int e = w < 0 ? errno : EIO;
             __atomic_compare_exchange_n(&write_errno, &(int){0}, e, 0, __ATOMIC_RELAXED,
                                         __ATOMIC_RELAXED);
-            return;
+            return e;
         }
         s += w;
         n -= (size_t)w;
     }
+    return 0;
 }
 
 int vm_write_error(void) { return __atomic_load_n(&write_errno, __ATOMIC_RELAXED); }

@@ -111,8 +111,8 @@ int vm_eval(vm_state *vm, const char *source, const char *file, value *result);
 value vm_call(vm_state *vm, value fn, int argc, const value *argv);
 int vm_global_index(vm_state *vm, const char *name);
 /* Write all of [s, s+n) to fd (print, tracebacks): retries short writes,
- * stops at an error. */
-void vm_write_all(int fd, const char *s, size_t n);
+ * stops at an error. 0, or that error's errno. */
+int vm_write_all(int fd, const char *s, size_t n);
 /* The errno of the first write vm_write_all could not finish (0: none):
  * crawlvm then exits 1, as coreutils do when their output is lost. */
 int vm_write_error(void);
