@@ -90,6 +90,11 @@ int crawl__on_stack(const crawl__thread *th, uintptr_t addr, size_t size);
 /* Write all of [s, s+n) to fd, stopping at the first error. Async-signal-safe. */
 void crawl__write_all(int fd, const void *s, size_t n);
 
+/* Zero 32 KiB of the dead stack below the caller (frames/scrub.c), before
+ * a conservative scan whose frames will lie there. Async-signal-safe; the
+ * caller needs that much stack left. */
+void crawl__clear_stack_below(void);
+
 /* The alternate signal stack the thread runs on now, as [*lo, *hi); 0 if
  * none. Async-signal-safe (one sigaltstack(2) call). */
 int crawl__current_altstack(uintptr_t *lo, uintptr_t *hi);

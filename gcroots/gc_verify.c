@@ -9,15 +9,17 @@
 
 #include "gcroots/gc_internal.h"
 
-/* An object's words, newest frame first: the first MAX_WORDS, and how
- * many in all. A word need not be the one the program meant: a slot a
- * frame never wrote may keep a stale copy from an earlier, deeper call
- * (in a -O0 build, often), so each is listed. */
+/* An object's words, newest frame first: the first word of each of the
+ * first MAX_WORDS frames that hold it, and how many words in all. A word
+ * need not be the one the program meant: a slot a frame never wrote may
+ * keep a stale copy from an earlier, deeper call (in a -O0 build, often,
+ * and often several in one frame: under ASan eight in one frame hid the
+ * frame whose local was the bug), so each frame is listed. */
 enum { MAX_WORDS = 8 };
 typedef struct finding {
     uintptr_t object;
     size_t size;
-    size_t nwords;
+    size_t nwords, nlisted;
     uintptr_t slot[MAX_WORDS];
     size_t frame[MAX_WORDS];            /* index into the frames */
 } finding;
@@ -72,8 +74,10 @@ GC_SCANS static void *GC_CALLBACK find_unreported(void *arg)
                 x = &s->found[s->nfound++];
                 *x = (finding){.object = (uintptr_t)base, .size = GC_size(base)};
             }
-            if (x->nwords < MAX_WORDS)
-                x->slot[x->nwords] = a, x->frame[x->nwords] = f;
+            if (x->nlisted < MAX_WORDS && (!x->nlisted || x->frame[x->nlisted - 1] != f)) {
+                x->slot[x->nlisted] = a, x->frame[x->nlisted] = f;
+                x->nlisted++;
+            }
             x->nwords++;
         }
     }
@@ -96,18 +100,21 @@ static void report_finding(const scan *s, const finding *x)
     crawl_report_printf(r, "==%d==ERROR: crawl-boehm: unreported-reference: %p (%zu-byte object) "
                            "is alive only through a word the collector scans conservatively\n",
                         (int)getpid(), (void *)x->object, size);
-    for (size_t i = 0; i < x->nwords && i < MAX_WORDS; i++) {
+    const char *said_newer = NULL, *said_older = NULL;
+    for (size_t i = 0; i < x->nlisted; i++) {
         const gc_frame_rec *fr = &s->frames[x->frame[i]];
         crawl_report_printf(r, "  the word at %p (sp+%lu) in the frame of %s\n", (void *)x->slot[i],
                             (unsigned long)(x->slot[i] - fr->sp), fr->text);
         const char *newer = script_near(s, x->frame[i], -1), *older = script_near(s, x->frame[i], +1);
-        if (newer || older)
+        if ((newer || older) && (i == 0 || newer != said_newer || older != said_older))
             crawl_report_printf(r, "  between script frames: %s (newer) and %s (older)\n",
                                 newer ? newer : "none", older ? older : "none");
+        said_newer = newer, said_older = older;
     }
-    if (x->nwords > MAX_WORDS)
-        crawl_report_printf(r, "  and %zu more word(s) in these frames\n", x->nwords - MAX_WORDS);
-    if (x->nwords > 1)
+    if (x->nwords > x->nlisted)
+        crawl_report_printf(r, "  and %zu more word(s) in %s frames\n", x->nwords - x->nlisted,
+                            x->nlisted < MAX_WORDS ? "these" : "these and older");
+    if (x->nlisted > 1)
         crawl_report_printf(r, "  (a slot its function never wrote may hold a stale copy from an "
                                "earlier call)\n");
     crawl_report_printf(r, "  no Frame reports a slot holding it, and no static data or "

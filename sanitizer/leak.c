@@ -930,12 +930,6 @@ static void print_group(ho_out *o, const leak_group *g, const char *what)
 /* Zero the stack below the caller: the frames the check is about to use
  * would otherwise keep, in slots they never write, words of the program's
  * earlier deeper calls -- stale pointers that make a leak look reachable. */
-static __attribute__((noinline)) void clear_stack_below(void)
-{
-    volatile char area[32768];
-    explicit_bzero((char *)area, sizeof area);
-    __asm__ volatile("" : : "r"(area) : "memory");
-}
 
 static long check(int fd, uintptr_t stack_from, const crawl_regs *regs);
 
@@ -957,9 +951,9 @@ static long check_from(int fd, uintptr_t stack_from, const crawl_regs *regs)
     /* (not cancelled half way: the lock and the tables' freeze would stay) */
     int cancel;
     pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, &cancel);
-    clear_stack_below();
+    crawl__clear_stack_below();
     long rc = check(fd, stack_from, regs);
-    clear_stack_below();                 /* the check's frames: chunk addresses */
+    crawl__clear_stack_below();                 /* the check's frames: chunk addresses */
     pthread_setcancelstate(cancel, NULL);
     CRAWL__NO_TAIL(rc);
     return rc;
@@ -1045,7 +1039,7 @@ static __attribute__((noinline)) long check(int fd, uintptr_t stack_from, const 
     san_gpa_meta(&sp->skip[sp->nskip][0], &sp->skip[sp->nskip][1]);
     if (sp->skip[sp->nskip][0])
         sp->nskip++;                     /* the guarded pool's slot table: every live slot's address */
-    clear_stack_below();                 /* the sort and the snapshot left chunk addresses there */
+    crawl__clear_stack_below();                 /* the sort and the snapshot left chunk addresses there */
     scan_roots(sp);
     /* Other threads still running (at exit: detached ones) free chunks
      * while their contents are read (a guarded-pool slot is made
@@ -1096,7 +1090,7 @@ static __attribute__((noinline)) long check(int fd, uintptr_t stack_from, const 
      * byte buffer of print_group's), where another thread's check, which
      * may start now, scans this thread's live stack (in a -O0 build, every
      * time: test_check_while_a_report_describes) */
-    clear_stack_below();
+    crawl__clear_stack_below();
     pthread_mutex_unlock(&check_lock);
     locked = 0;
 
