@@ -78,9 +78,11 @@ CRAWL_API int crawl_gc_check(const void *p, size_t size, int is_write);
  * thread's native frames (unreported-reference: a word in a frame's
  * [sp, CFA) that points to a GC object no reported root, static data or
  * registered root reaches — alive only because Boehm scans stacks
- * conservatively). Reports each such object once, listing the words that
- * hold it (the first 8, newest frame first: one may be a stale copy in a
- * slot its frame never wrote); returns how many objects. */
+ * conservatively). Reports each such object once, listing a word in each
+ * frame that holds it (the first 8 frames, newest first: one may be a
+ * stale copy in a slot its frame never wrote); returns how many objects.
+ * Collections crawl-boehm runs zero 32 KiB of the dead stack below them
+ * first, so that crawl's own stale words there keep nothing alive. */
 CRAWL_API unsigned crawl_gc_verify(void);
 
 /* Values that are not references though they sit in reported slots
