@@ -166,6 +166,18 @@ void san_keep_stderr(void)
         kept_stderr = fcntl(STDERR_FILENO, F_DUPFD_CLOEXEC, 100);
 }
 
+/* 1 when fd 2 is not the program's stderr any more: closed, or closed and
+ * then taken by a file opened for reading (the lowest free descriptor: a
+ * program that closes stderr at exit, as coreutils do, and then libdw
+ * opening a module to symbolize the report's stacks, which lost the
+ * report). A stderr the program itself pointed elsewhere for writing is
+ * still its stderr. */
+static int stderr_gone(void)
+{
+    int fl = fcntl(STDERR_FILENO, F_GETFL);
+    return fl < 0 || (fl & O_ACCMODE) == O_RDONLY;
+}
+
 int san_log_open(int *opened)
 {
     const san_options *o = san_opts();
@@ -173,7 +185,7 @@ int san_log_open(int *opened)
     if (strcmp(o->log_path, "stdout") == 0)
         return STDOUT_FILENO;
     if (!o->log_path[0] || strcmp(o->log_path, "stderr") == 0)
-        return fcntl(STDERR_FILENO, F_GETFD) < 0 && kept_stderr >= 0 ? kept_stderr : STDERR_FILENO;
+        return stderr_gone() && kept_stderr >= 0 ? kept_stderr : STDERR_FILENO;
     /* A device or a pipe (/dev/null, a FIFO a tool reads), and anything
      * under /dev or /proc (/dev/stderr, /proc/self/fd/2, whatever the file
      * behind them is), is written as named: PATH.PID would create a new
