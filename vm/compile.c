@@ -22,7 +22,17 @@ typedef struct local {
     const char *name;
     int slot;
     int pending;                        /* an internal define not yet assigned */
+    int shadows;                        /* the local of the same name before it, or -1 */
 } local;
+
+/* A function's locals by name: for each name seen, the newest local that
+ * has it (-1: none in scope now). Open addressing; names are never taken
+ * out, so no tombstones. A linear search made 20,000 internal defines in
+ * one body take 4.5 s (found by an outside test). */
+typedef struct name_slot {
+    const char *name;
+    int local;
+} name_slot;
 
 typedef struct freevar {
     const char *name;
@@ -36,6 +46,8 @@ typedef struct func {
     int line;
     local *locals;                      /* malloc: no GC references */
     int nlocals, locals_cap, nslots, maxslots;
+    name_slot *names;                   /* malloc: the index of locals by name */
+    int names_cap, names_used;
     int nparams;
     freevar *frees;
     int nfree, frees_cap;
@@ -108,6 +120,7 @@ static void func_free_all(compiler *c)
         func *f = c->all;
         c->all = f->all_next;
         free(f->locals);
+        free(f->names);
         free(f->frees);
         GC_FREE(f);
     }
@@ -141,12 +154,59 @@ static int add_const(compiler *c, func *f, value v, const node *at)
 
 enum { R_LOCAL, R_FREE, R_GLOBAL, R_SELF };
 
+
+/* name's slot in f's index: its entry, or the empty one where it goes */
+static name_slot *name_slot_of(const func *f, const char *name)
+{
+    size_t mask = (size_t)f->names_cap - 1, i = vm_name_hash(name) & mask;
+    while (f->names[i].name && strcmp(f->names[i].name, name) != 0)
+        i = (i + 1) & mask;
+    return &f->names[i];
+}
+
 static local *find_local_entry(const func *f, const char *name)
 {
-    for (int i = f->nlocals - 1; i >= 0; i--)
-        if (strcmp(f->locals[i].name, name) == 0)
-            return &f->locals[i];
-    return NULL;
+    if (!f->names_cap)
+        return NULL;
+    const name_slot *e = name_slot_of(f, name);
+    return e->name && e->local >= 0 ? &f->locals[e->local] : NULL;
+}
+
+/* Make local i the newest of its name (add_local) */
+static void index_local(func *f, int i)
+{
+    if (2 * (f->names_used + 1) > f->names_cap) {
+        int cap = f->names_cap ? 2 * f->names_cap : 32;
+        name_slot *old = f->names;
+        int old_cap = f->names_cap;
+        f->names = calloc((size_t)cap, sizeof *f->names);
+        if (!f->names) {
+            fprintf(stderr, "crawlvm: out of memory\n");
+            exit(70);
+        }
+        f->names_cap = cap;
+        for (int k = 0; k < old_cap; k++)
+            if (old[k].name)
+                *name_slot_of(f, old[k].name) = old[k];
+        free(old);
+    }
+    name_slot *e = name_slot_of(f, f->locals[i].name);
+    if (!e->name) {
+        e->name = f->locals[i].name;
+        e->local = -1;
+        f->names_used++;
+    }
+    f->locals[i].shadows = e->local;
+    e->local = i;
+}
+
+/* Leave a scope: the locals from keep on go, the ones they shadowed come
+ * back */
+static void drop_locals(func *f, int keep)
+{
+    for (int i = f->nlocals - 1; i >= keep; i--)
+        name_slot_of(f, f->locals[i].name)->local = f->locals[i].shadows;
+    f->nlocals = keep;
 }
 
 static int find_local(const func *f, const char *name)
@@ -216,7 +276,8 @@ static int add_local(compiler *c, func *f, const char *name, const node *at)
         cerror(c, at, "too many local variables");
     f->locals[f->nlocals].name = name;
     f->locals[f->nlocals].pending = 0;
-    f->locals[f->nlocals++].slot = f->nslots++;
+    f->locals[f->nlocals].slot = f->nslots++;
+    index_local(f, f->nlocals++);
     if (f->nslots > f->maxslots)
         f->maxslots = f->nslots;
     return f->nslots - 1;
@@ -374,7 +435,7 @@ static void compile_let(compiler *c, func *f, const node *n)
     for (int i = binds->nitems - 1; i >= 0; i--)
         emit(f, INS(OP_SETL, (uint32_t)(first + i)), -1);
     compile_body(c, f, n, 2);
-    f->nlocals = saved_nlocals;
+    drop_locals(f, saved_nlocals);
     f->nslots = saved_nslots;
 }
 

@@ -107,19 +107,12 @@ void vm_free(vm_state *v)
 
 /* Globals by name through an open-addressed hash of their indices (a
  * linear search made 100,000 defines take 22 s). */
-static size_t name_hash(const char *s)
-{
-    size_t h = 1469598103934665603u;     /* FNV-1a */
-    for (; *s; s++)
-        h = (h ^ (unsigned char)*s) * 1099511628211u;
-    return h;
-}
 
 /* The hash slot of name: its global's, or the empty one where it goes */
 static size_t global_slot(const vm_state *v, const char *name)
 {
     size_t mask = 2 * (size_t)v->globals_cap - 1;
-    size_t i = name_hash(name) & mask;
+    size_t i = vm_name_hash(name) & mask;
     while (v->global_slots[i] && strcmp(v->global_names[v->global_slots[i] - 1], name) != 0)
         i = (i + 1) & mask;
     return i;

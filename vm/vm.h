@@ -110,6 +110,15 @@ int vm_eval(vm_state *vm, const char *source, const char *file, value *result);
  * interpreter segment, so the arguments are GC roots during it. */
 value vm_call(vm_state *vm, value fn, int argc, const value *argv);
 int vm_global_index(vm_state *vm, const char *name);
+/* A name's hash (FNV-1a), for the globals' and each function's locals'
+ * indexes. */
+static inline size_t vm_name_hash(const char *s)
+{
+    size_t h = 1469598103934665603u;
+    for (; *s; s++)
+        h = (h ^ (unsigned char)*s) * 1099511628211u;
+    return h;
+}
 /* Write all of [s, s+n) to fd (print, tracebacks): retries short writes,
  * stops at an error. 0, or that error's errno. */
 int vm_write_all(int fd, const char *s, size_t n);
