@@ -330,7 +330,19 @@ VM_BUILTIN(b_error)
         if (n < sizeof msg)
             n += vm_format_value(argv[i], msg + n, sizeof msg - n, i > 0);
     }
-    vm_error(vm, "%s", msg);
+    /* a NUL byte in the message is shown as \0, not where it ends (the
+     * rest was lost; found by an outside test) */
+    size_t len = n < sizeof msg ? n : sizeof msg - 1;
+    char shown[2 * sizeof msg];
+    size_t k = 0;
+    for (size_t i = 0; i < len; i++) {
+        if (msg[i] == '\0')
+            shown[k++] = '\\', shown[k++] = '0';
+        else
+            shown[k++] = msg[i];
+    }
+    shown[k] = '\0';
+    vm_error(vm, "%s", shown);
 }
 
 VM_BUILTIN(b_assert)

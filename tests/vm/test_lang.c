@@ -174,6 +174,8 @@ static void test_errors_and_tracebacks(void **state)
     expect_error("(vector-ref (vector))", "error: bad arity: vector-ref takes 2 argument(s), got 1");
     expect_error("(5 1)", "error: type error: cannot call integer");
     expect_error("(error \"custom\" 42 \"x\")", "error: custom 42 \"x\"");
+    /* a NUL byte in the message shows as \0 (the message ended there) */
+    expect_error("(error \"a\\0b\" 1)", "error: a\\0b 1");
     expect_error("(assert (= 1 2) \"math\")", "error: assertion failed: math");
     expect_error("(set! nope 1)", "error: set! of undefined variable 'nope'");
     expect_error("(define (r n) (+ 1 (r n))) (r 1)", "error: stack overflow");
