@@ -201,12 +201,14 @@ static void index_local(func *f, int i)
 }
 
 /* Leave a scope: the locals from keep on go, the ones they shadowed come
- * back */
-static void drop_locals(func *f, int keep)
+ * back, and the slots from keep_slots on are free again. Out of line, as
+ * bind_let, to keep compile_let's frame small. */
+static __attribute__((noinline)) void drop_locals(func *f, int keep, int keep_slots)
 {
     for (int i = f->nlocals - 1; i >= keep; i--)
         name_slot_of(f, f->locals[i].name)->local = f->locals[i].shadows;
     f->nlocals = keep;
+    f->nslots = keep_slots;
 }
 
 static int find_local(const func *f, const char *name)
@@ -411,6 +413,20 @@ static void compile_while(compiler *c, func *f, const node *n)
     emit(f, INS(OP_NIL, 0), 1);
 }
 
+/* A let's names bound to the values its inits left on the stack. Out of
+ * line: nested lets recurse through compile_let, whose frame, with this
+ * loop's registers spilled in it, made 7,000 levels no longer fit in 2 MiB
+ * of stack (clang). add_local gives consecutive slots: no array on the C
+ * stack. */
+static __attribute__((noinline)) void bind_let(compiler *c, func *f, const node *binds)
+{
+    int first = f->nslots;
+    for (int i = 0; i < binds->nitems; i++)
+        add_local(c, f, binds->items[i]->items[0]->text, binds->items[i]);
+    for (int i = binds->nitems - 1; i >= 0; i--)
+        emit(f, INS(OP_SETL, (uint32_t)(first + i)), -1);
+}
+
 static void compile_let(compiler *c, func *f, const node *n)
 {
     if (n->nitems < 2 || n->items[1]->kind != N_LIST)
@@ -427,16 +443,9 @@ static void compile_let(compiler *c, func *f, const node *n)
     }
     if (binds->nitems > 256)
         cerror(c, n, "more than 256 let bindings");
-    /* add_local gives consecutive slots: no array on the C stack, which
-     * nested lets use once per level */
-    int first = f->nslots;
-    for (int i = 0; i < binds->nitems; i++)
-        add_local(c, f, binds->items[i]->items[0]->text, binds->items[i]);
-    for (int i = binds->nitems - 1; i >= 0; i--)
-        emit(f, INS(OP_SETL, (uint32_t)(first + i)), -1);
+    bind_let(c, f, binds);
     compile_body(c, f, n, 2);
-    drop_locals(f, saved_nlocals);
-    f->nslots = saved_nslots;
+    drop_locals(f, saved_nlocals, saved_nslots);
 }
 
 static int binary_op(const char *name);
