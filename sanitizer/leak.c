@@ -927,10 +927,6 @@ static void print_group(ho_out *o, const leak_group *g, const char *what)
     ho_write(o, "\n", 1);
 }
 
-/* Zero the stack below the caller: the frames the check is about to use
- * would otherwise keep, in slots they never write, words of the program's
- * earlier deeper calls -- stale pointers that make a leak look reachable. */
-
 static long check(int fd, uintptr_t stack_from, const crawl_regs *regs);
 
 /* One scan at a time: each check's snapshot holds every chunk's address,
@@ -953,7 +949,7 @@ static long check_from(int fd, uintptr_t stack_from, const crawl_regs *regs)
     pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, &cancel);
     crawl__clear_stack_below();
     long rc = check(fd, stack_from, regs);
-    crawl__clear_stack_below();                 /* the check's frames: chunk addresses */
+    crawl__clear_stack_below();   /* the check's frames: chunk addresses */
     pthread_setcancelstate(cancel, NULL);
     CRAWL__NO_TAIL(rc);
     return rc;
@@ -1039,7 +1035,7 @@ static __attribute__((noinline)) long check(int fd, uintptr_t stack_from, const 
     san_gpa_meta(&sp->skip[sp->nskip][0], &sp->skip[sp->nskip][1]);
     if (sp->skip[sp->nskip][0])
         sp->nskip++;                     /* the guarded pool's slot table: every live slot's address */
-    crawl__clear_stack_below();                 /* the sort and the snapshot left chunk addresses there */
+    crawl__clear_stack_below();   /* the sort and the snapshot left chunk addresses there */
     scan_roots(sp);
     /* Other threads still running (at exit: detached ones) free chunks
      * while their contents are read (a guarded-pool slot is made

@@ -52,7 +52,7 @@ static struct {
     atomic_uint released;               /* number of the last request whose target may go on */
     unsigned seq;                       /* number of the request being served */
     crawl_walk_status status;
-    unsigned n, full;                   /* full: the walk had more than MAX_FRAMES frames */
+    unsigned n;
     copy *frames;                       /* MAX_FRAMES, mapped on first use (data stays small) */
     uintptr_t gprs[SW_GPRS];            /* the target's registers (sw_walk_thread_gprs) */
     atomic_int caller;                  /* the requester's tid while it runs the callback */
@@ -91,10 +91,8 @@ static long futex(atomic_int *addr, int op, int val, const struct timespec *time
 static crawl_action keep(const crawl_cf *cf, void *ctx)
 {
     (void)ctx;
-    if (req.n == MAX_FRAMES) {
-        req.full = 1;
-        return CRAWL_ABORT;
-    }
+    if (req.n == MAX_FRAMES)
+        return CRAWL_ABORT;              /* (the walk's ABORTED: more than MAX_FRAMES frames) */
     copy *c = &req.frames[req.n++];
     c->cf = *cf;
     if (cf->regs) {
@@ -120,7 +118,6 @@ static void on_walk_signal(int sig, siginfo_t *si, void *ucv)
     }
     unsigned mine = req.seq;
     req.n = 0;
-    req.full = 0;
     const greg_t *g = ((const ucontext_t *)ucv)->uc_mcontext.gregs;
     static const int which[SW_GPRS] = {REG_RAX, REG_RBX, REG_RCX, REG_RDX, REG_RSI, REG_RDI,
                                        REG_RBP, REG_RSP, REG_R8,  REG_R9,  REG_R10, REG_R11,
@@ -258,9 +255,7 @@ int crawl_walk_thread_timeout(pid_t tid, crawl_walk_fn fn, void *ctx, unsigned f
         futex(&req.state, FUTEX_WAIT_PRIVATE, SENT(tid), &left);
     }
     if (!rc) {
-        rc = req.status;                 /* DONE or FAILED (ABORTED: the buffer filled up) */
-        if (rc == CRAWL_WALK_ABORTED && !req.full)
-            rc = CRAWL_WALK_DONE;
+        rc = req.status;                 /* DONE, FAILED, or ABORTED: the buffer filled up */
         atomic_store_explicit(&req.caller, (int)syscall(SYS_gettid), memory_order_relaxed);
         for (unsigned i = 0; i < req.n; i++) {
             req.frames[i].cf.thread = f.seq;

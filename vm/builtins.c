@@ -383,7 +383,6 @@ VM_BUILTIN(b_gc_count)
 }
 
 #ifndef CRAWLVM_NO_FRAMES
-/* (gc-roots): crawl-boehm's census of every root, on the VM's output. */
 /* What fn writes to a file descriptor, put out as the script's output:
  * through a memory file and out(), so that lost output is an error as
  * print's is (crawl's own writer, given the output itself, let it go
@@ -419,6 +418,7 @@ static int census_to(const void *unused, int fd)
 }
 static int why_to(const void *o, int fd) { return crawl_gc_why(o, fd); }
 
+/* (gc-roots): crawl-boehm's census of every root, on the VM's output. */
 VM_BUILTIN(b_gc_roots)
 {
     VM_UNUSED_ARGS;

@@ -154,7 +154,6 @@ static int add_const(compiler *c, func *f, value v, const node *at)
 
 enum { R_LOCAL, R_FREE, R_GLOBAL, R_SELF };
 
-
 /* name's slot in f's index: its entry, or the empty one where it goes */
 static name_slot *name_slot_of(const func *f, const char *name)
 {

@@ -108,10 +108,9 @@ typedef struct ffi_obj {
     crawl_ffi_fn *fn;
 } ffi_obj;
 
-/* What a callback reaches its VM through: malloc'ed, never freed; vm_free
- * clears it, so a callback that outlives its VM refuses to run. */
-/* Never freed: what outlives its VM (callbacks C keeps, buffers finalized
- * after vm_free) reaches the VM through it. */
+/* Malloc'ed and never freed: what outlives its VM (callbacks C keeps,
+ * buffers finalized after vm_free) reaches the VM through it; vm_free
+ * clears vm, so a callback that outlives its VM refuses to run. */
 typedef struct vm_handle {
     struct vm *vm;                      /* NULL once freed */
     pthread_t owner;                    /* the thread that runs it (atomic loads and stores) */

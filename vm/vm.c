@@ -106,9 +106,8 @@ void vm_free(vm_state *v)
 }
 
 /* Globals by name through an open-addressed hash of their indices (a
- * linear search made 100,000 defines take 22 s). */
-
-/* The hash slot of name: its global's, or the empty one where it goes */
+ * linear search made 100,000 defines take 22 s): the hash slot of name,
+ * its global's or the empty one where it goes. */
 static size_t global_slot(const vm_state *v, const char *name)
 {
     size_t mask = 2 * (size_t)v->globals_cap - 1;
