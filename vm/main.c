@@ -110,6 +110,13 @@ static void restart_with_preload(char **argv)
         return;
     }
     const char *pre = getenv("LD_PRELOAD"), *opts = getenv("CRAWL_OPTIONS");
+    /* libcrawl read CRAWL_OPTIONS as it loaded: none applied (its warning
+     * is above) leaves the serial at 0, and the restarted program would
+     * refuse them again, and not record */
+    if (opts && crawl_sanitizer_options_serial() == 0) {
+        fprintf(stderr, "crawlvm: --heap-profile: CRAWL_OPTIONS were refused\n");
+        return;
+    }
     char preload[8192], options[4096];
     snprintf(preload, sizeof preload, "%s%s%s", path, pre && *pre ? ":" : "", pre ? pre : "");
     snprintf(options, sizeof options, "%s%sheap_profile=1", opts ? opts : "",

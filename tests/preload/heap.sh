@@ -193,6 +193,17 @@ rc=$?
 [ $rc -eq 0 ] && grep -qx 42 "$work/out" && grep -q 'bytes live in' "$work/vm_e.txt" && ok ||
     { bad "crawlvm --heap-profile -e exits $rc"; cat "$work/err"; }
 
+# CRAWL_OPTIONS that crawl refuses: one warning, and crawlvm says why it
+# does not record (it used to restart itself anyway: the warning twice, then
+# "libcrawl-preload.so is not recording")
+CRAWL_OPTIONS=bogus=1 "$crawlvm" --heap-profile "$work/vm_bad.txt" -e '(print 1)' \
+    >"$work/out" 2>"$work/err"
+rc=$?
+[ $rc -eq 2 ] && [ "$(grep -c "unknown option 'bogus'" "$work/err")" -eq 1 ] &&
+    grep -q 'crawlvm: --heap-profile: CRAWL_OPTIONS were refused' "$work/err" &&
+    [ ! -s "$work/out" ] && [ ! -e "$work/vm_bad.txt" ] && ok ||
+    { bad "crawlvm --heap-profile with bad CRAWL_OPTIONS exits $rc"; cat "$work/err"; }
+
 # crawlvm --profile: the CPU profile's pprof file, read back by go tool pprof
 "$crawlvm" --profile "$work/cpu.pb.gz" -e '(define i 0) (define (inner) (set! i (+ i 1)))
  (define (spin) (while (< i 20000000) (inner))) (spin)' >/dev/null 2>"$work/err"
