@@ -20,6 +20,9 @@ typedef struct tb {
 
 #define MAX_TRACEBACK_LINES 100         /* then "[... N more frames not shown]" */
 
+#define MAX_NAME_SHOWN 256              /* bytes of a function's name in a line */
+#define MAX_FILE_SHOWN 400              /* and of its file's path (its end) */
+
 #define REPEATS_SHOWN 3                 /* then "[previous line repeated N more times]" */
 
 static void flush_repeats(tb *t)
@@ -72,8 +75,14 @@ static crawl_action tb_frame(const crawl_cf *cf, void *ctx)
         return CRAWL_CONTINUE;
     t->skip_to_vm = 0;
     if (crawl_cf_kind(cf) == CRAWL_CF_VM) {
+        /* a name or a path too long for the line is cut ("..."), so that
+         * the line always ends with where the frame is */
         const proto *p = crawl_cf_method(cf);
-        n = snprintf(line, sizeof line, "  %s at %s:%d\n", p->name, p->file,
+        size_t file_len = strlen(p->file);
+        int name_cut = strlen(p->name) > MAX_NAME_SHOWN, file_cut = file_len > MAX_FILE_SHOWN;
+        n = snprintf(line, sizeof line, "  %.*s%s at %s%s:%d\n", MAX_NAME_SHOWN, p->name,
+                     name_cut ? "..." : "", file_cut ? "..." : "",
+                     p->file + (file_cut ? file_len - MAX_FILE_SHOWN : 0),
                      vm_proto_line(p, (uint32_t)crawl_cf_ip(cf)));
     } else {
         crawl_cf_describe(cf, text, sizeof text);

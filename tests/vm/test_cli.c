@@ -301,6 +301,25 @@ static void test_script_traceback_without_native(void **state)
     assert_null(strstr(p.out, "[C]"));
 }
 
+/* A function's name too long for a traceback line is cut with "...", so
+ * that where it is (file:line) stays on the line: a 1,000-byte name used to
+ * push it off. */
+static void test_traceback_long_name(void **state)
+{
+    (void)state;
+    char name[1001], script[2200];
+    memset(name, 'f', 1000);
+    name[1000] = '\0';
+    snprintf(script, sizeof script, "(define (%s) (error \"boom\"))\n\n(%s)", name, name);
+    proc p;
+    crawlvm(&p, (const char *[]){"-e", script, NULL});
+    EXPECT_EXIT(&p, 1);
+    expect_order(p.err, (const char *const[]){"^Traceback \\(most recent call first\\):$",
+                                              "^  f{256}\\.\\.\\. at [^\n]*:1$",
+                                              "^  <toplevel> at [^\n]*:3$", "^error: boom$",
+                                              NULL});
+}
+
 static void test_ffi_errors(void **state)
 {
     (void)state;
@@ -966,6 +985,7 @@ int main(void)
         cmocka_unit_test(test_qsort_traceback_precise),
         cmocka_unit_test(test_qsort_traceback_fast),
         cmocka_unit_test(test_script_traceback_without_native),
+        cmocka_unit_test(test_traceback_long_name),
         cmocka_unit_test(test_ffi_errors),
         cmocka_unit_test(test_fatal_signal_in_native_code),
         cmocka_unit_test(test_gc_stats),
