@@ -52,15 +52,16 @@ static int secure;                       /* set-uid/set-gid: never sample */
 
 /* ---- the bootstrap arena (dlsym's own allocations) ----------------------------------- */
 
-static _Alignas(16) char boot[1 << 16];
+static _Alignas(CRAWL__HP_ALIGN) char boot[1 << 18];
 static atomic_size_t boot_used;
 
 /* A bootstrap block is also marked for good in the heap profile's free
  * filter (a count stuck at 255): free's fast path then never hands it to
- * glibc, without a test of its own. */
+ * glibc, without a test of its own. Blocks are CRAWL__HP_ALIGN-aligned, as
+ * samples are, so that they need no filter test (crawl__free_kind). */
 static void *boot_alloc(size_t n)
 {
-    size_t want = (n + 15) & ~(size_t)15;
+    size_t want = (n + CRAWL__HP_ALIGN - 1) & ~(size_t)(CRAWL__HP_ALIGN - 1);
     size_t at = atomic_fetch_add(&boot_used, want);
     if (at + want > sizeof boot)
         return NULL;
@@ -154,13 +155,39 @@ static void *sampled(size_t size, size_t alignment)
 
 /* ---- the C entry points ----------------------------------------------------------------- */
 
-/* The heap profile's hooks: a recorded allocation, one going away. A free
- * is taken out before the memory is handed back, so another thread cannot
- * get the same address and record it first. */
-static inline __attribute__((always_inline)) void *recorded(void *p, size_t n, const void *caller)
+/* The heap profile's hooks. decide, before an allocation of n bytes: what
+ * the heap profile does with it (crawl__hp_decide: nothing, record it, a
+ * sample, an aligned sample), taking the byte countdown down inline while
+ * it is not at its end. recorded, after it: does that, the stack starting
+ * at the entry point. forget: one going away, taken out before the memory
+ * is handed back, so another thread cannot get the same address and
+ * record it first. */
+static inline __attribute__((always_inline)) int decide(size_t n)
 {
-    crawl_heap_profile_on_alloc(p, n, (uintptr_t)caller);
+    if (__builtin_expect(crawl__hp.on != 1, 1))
+        return 0;
+    if (crawl__hp.sampled) {
+        long left = crawl__hp_countdown - (long)n - 1;
+        if (left > 0) {
+            crawl__hp_countdown = left;
+            return 0;
+        }
+    }
+    return crawl__hp_decide(n);
+}
+
+static inline __attribute__((always_inline)) void *recorded(void *p, size_t n, const void *caller,
+                                                           int how)
+{
+    if (__builtin_expect(how != 0, 0))
+        crawl__hp_record(p, n, (uintptr_t)caller, how);
     return p;
+}
+
+/* An aligned sample's memory (free tells it by its address), or NULL */
+static void *aligned_sample(size_t n, size_t alignment)
+{
+    return real_memalign(alignment > CRAWL__HP_ALIGN ? alignment : CRAWL__HP_ALIGN, n);
 }
 
 static inline __attribute__((always_inline)) void forget(void *p) { crawl_heap_profile_on_free(p); }
@@ -214,10 +241,13 @@ __attribute__((noinline)) static void *alloc_slow(size_t n, const void *caller)
         crawl__gpa_next = UINT32_MAX;    /* never sampled: the fast path from now on */
     else if (crawl_gpa_should_sample_inline())
         p = crawl__gpa_allocate_from(n, 0, &here);
+    int how = decide(n);
+    if (!p && how == CRAWL__HP_SAMPLE_ALIGNED)
+        p = aligned_sample(n, 0);
     if (!p)
         p = real_malloc(n);
-    if (crawl__heap_profile_wants(p, n))  /* the stack starts above alloc_slow: at malloc, new... */
-        crawl__heap_profile_slow_from(p, n, (uintptr_t)caller, &here);
+    if (how)                             /* the stack starts above alloc_slow: at malloc, new... */
+        crawl__hp_record_from(p, n, (uintptr_t)caller, &here, how);
     NO_TAIL(p);
     return p;
 }
@@ -268,14 +298,21 @@ __attribute__((noinline)) static void free_slow(void *p)
 static inline __attribute__((always_inline)) void release(void *p)
 {
     int kind = __atomic_load_n(&crawl__free_kind, __ATOMIC_RELAXED);
-    if (__builtin_expect(kind == CRAWL__FREE_FILTER, 1)) {
+    if (__builtin_expect(kind == CRAWL__FREE_ALIGNED, 1)) {
+        if (__builtin_expect(!((uintptr_t)p & (CRAWL__HP_ALIGN - 1)), 0))
+            goto slow;
+    } else if (kind == CRAWL__FREE_FILTER) {
         if (__builtin_expect(crawl__hp_filter_has(p), 0))
             goto slow;
     } else if (kind != 0) {
         if (__builtin_expect(crawl_gpa_owns_inline(p), 0))
             goto slow;
-        if ((kind & CRAWL__FREE_FILTER) && __builtin_expect(crawl__hp_filter_has(p), 0))
+        if (kind & CRAWL__FREE_FILTER) {
+            if (__builtin_expect(crawl__hp_filter_has(p), 0))
+                goto slow;
+        } else if ((kind & CRAWL__FREE_ALIGNED) && !((uintptr_t)p & (CRAWL__HP_ALIGN - 1))) {
             goto slow;
+        }
     }
     real_free(p);
     return;
@@ -300,12 +337,15 @@ EXPORT void *calloc(size_t n, size_t size)
             return b ? memset(b, 0, total) : NULL;
         }
     }
+    int how = decide(total);
     void *p = sampled(total, 0);
+    if (!p && how == CRAWL__HP_SAMPLE_ALIGNED)
+        p = aligned_sample(total, 0);
     if (p)
         memset(p, 0, total);
     else
         p = real_calloc(n, size);
-    return recorded(p, total, __builtin_return_address(0));
+    return recorded(p, total, __builtin_return_address(0), how);
 }
 
 EXPORT size_t malloc_usable_size(void *p)
@@ -345,10 +385,18 @@ EXPORT void *realloc(void *p, size_t n)
     if (!ready)
         resolve();
     forget(p);
-    void *q = real_realloc(p, n);
+    int how = decide(n);
+    void *q = NULL;
+    if (how == CRAWL__HP_SAMPLE_ALIGNED && n && (q = aligned_sample(n, 0))) {
+        size_t old = real_usable(p);
+        memcpy(q, p, old < n ? old : n);
+        real_free(p);
+    }
+    if (!q)
+        q = real_realloc(p, n);
     if (!q && n)                         /* p stays: record it again, at its own size */
-        return recorded(p, real_usable(p), caller), NULL;
-    return recorded(q, n, caller);
+        return recorded(p, real_usable(p), caller, how), NULL;
+    return recorded(q, n, caller, how);
 }
 
 static inline __attribute__((always_inline)) void *aligned(size_t alignment, size_t n,
@@ -359,8 +407,11 @@ static inline __attribute__((always_inline)) void *aligned(size_t alignment, siz
         if (!ready)
             return NULL;
     }
+    int how = decide(n);
     void *p = sampled(n, alignment);
-    return recorded(p ? p : real_memalign(alignment, n), n, caller);
+    if (!p && how == CRAWL__HP_SAMPLE_ALIGNED)
+        p = aligned_sample(n, alignment);
+    return recorded(p ? p : real_memalign(alignment, n), n, caller, how);
 }
 
 EXPORT void *memalign(size_t alignment, size_t n)

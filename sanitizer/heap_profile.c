@@ -98,12 +98,20 @@ static inline void shard_unlock(atomic_int *l)
 /* a bits word (64 slots) must lie inside one shard */
 _Static_assert(HP_SHARD_BITS <= 14 - 6, "a filter word would span shards");
 
-static void filter_set(unsigned slot, unsigned char count)
+/* The free kind a pointer put in the filter needs (crawl__free_kind) */
+static int free_kind_of(uintptr_t ptr)
+{
+    return ptr & (CRAWL__HP_ALIGN - 1) ? CRAWL__FREE_FILTER : CRAWL__FREE_ALIGNED;
+}
+
+/* (ptr: the pointer whose count changes) */
+static void filter_set(unsigned slot, unsigned char count, uintptr_t ptr)
 {
     uint64_t *w = &crawl__hp.bits[slot / 64], m = (uint64_t)1 << (slot % 64);
     uint64_t was = __atomic_load_n(w, __ATOMIC_RELAXED);
-    if (count && !(__atomic_load_n(&crawl__free_kind, __ATOMIC_RELAXED) & CRAWL__FREE_FILTER))
-        __atomic_fetch_or(&crawl__free_kind, CRAWL__FREE_FILTER, __ATOMIC_RELAXED);   /* before the bit */
+    int kind = free_kind_of(ptr);
+    if (count && !(__atomic_load_n(&crawl__free_kind, __ATOMIC_RELAXED) & kind))
+        __atomic_fetch_or(&crawl__free_kind, kind, __ATOMIC_RELAXED);   /* before the bit */
     __atomic_store_n(&crawl__hp.counts[slot], count, __ATOMIC_RELAXED);
     if (!!(was & m) != (count != 0))
         __atomic_store_n(w, was ^ m, __ATOMIC_RELAXED);
@@ -115,7 +123,7 @@ static void filter_add(uintptr_t ptr, int delta)   /* under ptr's shard lock */
     unsigned char v = __atomic_load_n(&crawl__hp.counts[slot], __ATOMIC_RELAXED);
     if (v == 255 || (v == 0 && delta < 0))
         return;
-    filter_set(slot, (unsigned char)(v + delta));
+    filter_set(slot, (unsigned char)(v + delta), ptr);
 }
 
 void crawl__hp_filter_stick(const void *p)
@@ -123,7 +131,7 @@ void crawl__hp_filter_stick(const void *p)
     unsigned slot = crawl__hp_filter_slot(p);
     shard *s = &shards[SLOT_SHARD(slot)];
     shard_lock(&s->lock);
-    filter_set(slot, 255);
+    filter_set(slot, 255, (uintptr_t)p);
     shard_unlock(&s->lock);
 }
 
@@ -363,6 +371,39 @@ void crawl__heap_profile_slow(const void *p, size_t size, uintptr_t caller)
     crawl_regs here;
     crawl_capture_regs(&here);
     crawl__heap_profile_slow_from(p, size, caller, &here);
+    CRAWL__NO_TAIL(size);
+}
+
+/* Samples are made aligned (libcrawl-preload.so) only when they are at
+ * least this many bytes apart on average: the alignment costs up to
+ * CRAWL__HP_ALIGN bytes of glibc's heap around each (1.6% here at most) */
+#define ALIGNED_SAMPLES_FROM (64 * CRAWL__HP_ALIGN)
+
+int crawl__hp_decide(size_t size)
+{
+    if (__atomic_load_n(&crawl__hp.on, __ATOMIC_RELAXED) != 1 || inside || crawl__busy)
+        return 0;
+    if (!crawl__hp.sampled)
+        return CRAWL__HP_RECORD;
+    if ((crawl__hp_countdown -= (long)size + 1) > 0 || !take_sample())
+        return 0;
+    return atomic_load_explicit(&sample_bytes, memory_order_relaxed) >= ALIGNED_SAMPLES_FROM
+               ? CRAWL__HP_SAMPLE_ALIGNED
+               : CRAWL__HP_SAMPLE;
+}
+
+void crawl__hp_record_from(const void *p, size_t size, uintptr_t caller, const crawl_regs *from,
+                           int how)
+{
+    if (p && how && !inside && !crawl__busy)
+        record(p, size, caller, from, how != CRAWL__HP_RECORD);
+}
+
+void crawl__hp_record(const void *p, size_t size, uintptr_t caller, int how)
+{
+    crawl_regs here;
+    crawl_capture_regs(&here);
+    crawl__hp_record_from(p, size, caller, &here, how);
     CRAWL__NO_TAIL(size);
 }
 

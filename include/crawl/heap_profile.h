@@ -71,12 +71,16 @@ enum { CRAWL__HOOK_GPA, CRAWL__HOOK_PLAIN, CRAWL__HOOK_SAMPLED, CRAWL__HOOK_BOTH
 CRAWL_API extern int crawl__hook_kind;
 /* What libcrawl-preload.so's free must test before it calls glibc's, in
  * one load: FREE_POOL once the guarded pool is made (an address in it goes
- * back to the pool), FREE_FILTER once a pointer was first put in the free
- * filter (recorded, or stuck there). 0: neither, glibc's free at once.
- * Bits are only ever set, each before what needs it is published (the
- * pool's bounds, the filter's bit), so a free of a pointer handed over
- * from the thread that got it sees them. Not API. */
-enum { CRAWL__FREE_POOL = 1, CRAWL__FREE_FILTER = 2 };
+ * back to the pool), FREE_FILTER once a pointer not CRAWL__HP_ALIGN-aligned
+ * was first put in the free filter (recorded, or stuck there), FREE_ALIGNED
+ * once an aligned one was: while only aligned pointers were ever put there
+ * (the preload's samples, made aligned), a free tests its pointer's low
+ * bits, no filter. 0: none, glibc's free at once. Bits are only ever set,
+ * each before what needs it is published (the pool's bounds, the filter's
+ * bit), so a free of a pointer handed over from the thread that got it
+ * sees them. Not API. */
+enum { CRAWL__FREE_POOL = 1, CRAWL__FREE_FILTER = 2, CRAWL__FREE_ALIGNED = 4 };
+#define CRAWL__HP_ALIGN 4096
 CRAWL_API extern int crawl__free_kind;
 /* Non-zero while the thread is inside pthread_getattr_np (counted by
  * libcrawl-preload.so's wrapper). glibc holds the thread's lock there and
@@ -85,6 +89,19 @@ CRAWL_API extern int crawl__free_kind;
  * pthread_getattr_np again and would wait for ever. Not API. */
 CRAWL_API extern __thread int crawl__in_getattr __attribute__((tls_model("initial-exec")));
 CRAWL_API void crawl__heap_profile_slow(const void *p, size_t size, uintptr_t caller);
+/* libcrawl-preload.so's slow paths decide before they allocate, so that a
+ * sample can be made CRAWL__HP_ALIGN-aligned: what to do with an
+ * allocation of size bytes (the byte countdown taken down), 0 nothing,
+ * CRAWL__HP_RECORD record it (every allocation), CRAWL__HP_SAMPLE record
+ * it as a sample, CRAWL__HP_SAMPLE_ALIGNED the same, made aligned (the
+ * sampling interval is wide enough for the memory it costs). Then
+ * crawl__hp_record does it (how: the decision), the stack starting at its
+ * caller, or crawl__hp_record_from at the caller of *from's frame. */
+enum { CRAWL__HP_RECORD = 1, CRAWL__HP_SAMPLE, CRAWL__HP_SAMPLE_ALIGNED };
+CRAWL_API int crawl__hp_decide(size_t size);
+CRAWL_API void crawl__hp_record(const void *p, size_t size, uintptr_t caller, int how);
+CRAWL_API void crawl__hp_record_from(const void *p, size_t size, uintptr_t caller,
+                                     const crawl_regs *from, int how);
 /* Put p in the free filter for good (a count stuck at 255). */
 CRAWL_API void crawl__hp_filter_stick(const void *p);
 /* The same, the stack starting at the caller of the frame whose registers
