@@ -360,7 +360,17 @@ static void *allocate_in(size_t size, size_t alignment, const crawl_regs *from)
     pool.free[k] = pool.free[--pool.nfree];
     pthread_mutex_unlock(&pool.lock);
     uintptr_t page = slot_page(s);
-    mprotect((void *)page, pool.page, PROT_READ | PROT_WRITE);
+    if (mprotect((void *)page, pool.page, PROT_READ | PROT_WRITE) != 0) {
+        /* the kernel's limit on mappings (vm.max_map_count: each live slot
+         * splits the pool's) or its memory: the slot goes back, and glibc
+         * serves the allocation (a slot left PROT_NONE was reported as a
+         * use after free at its first access) */
+        pthread_mutex_lock(&pool.lock);
+        pool.free[pool.nfree++] = s;
+        pthread_mutex_unlock(&pool.lock);
+        inside = 0;
+        return NULL;
+    }
     size_t sz = size ? size : 1;
     uintptr_t ptr;
     if (rand64() & 1) {
