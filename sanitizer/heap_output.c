@@ -5,6 +5,7 @@
 #include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -642,7 +643,9 @@ static int write_in_place(const char *path, int (*to_fd)(int fd, crawl_heap_form
  * reader never sees it half written, and processes that write one path
  * at once (a make -j under the preload) leave one whole profile, not one
  * profile followed by the tail of another. A symbolic link stays: its
- * target is replaced. */
+ * target is replaced; one that leads nowhere (/dev/stdout once the
+ * program closed descriptor 1) is opened as named, never renamed over
+ * (the system's /dev/stdout became a regular file). */
 int ho_write_path(const char *path, int (*to_fd)(int fd, crawl_heap_format format))
 {
     if (!path || !*path)
@@ -650,19 +653,20 @@ int ho_write_path(const char *path, int (*to_fd)(int fd, crawl_heap_format forma
     struct stat st;
     if (stat(path, &st) == 0 && !S_ISREG(st.st_mode))
         return write_in_place(path, to_fd);
-    char *target = NULL;
-    if (lstat(path, &st) == 0 && S_ISLNK(st.st_mode))
-        target = realpath(path, NULL);   /* (NULL when dangling: written at path) */
-    const char *dest = target ? target : path;
-    char tmp[4200];
+    char target[PATH_MAX];               /* (not malloc'ed: it would be in the profile) */
+    const char *dest = path;
+    if (lstat(path, &st) == 0 && S_ISLNK(st.st_mode)) {
+        if (!realpath(path, target))
+            return write_in_place(path, to_fd);
+        dest = target;
+    }
+    char tmp[PATH_MAX + 64];
     int n = snprintf(tmp, sizeof tmp, "%s.tmp.%d.%ld", dest, (int)getpid(), (long)gettid());
     int fd = n > 0 && (size_t)n < sizeof tmp
                  ? open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644)
                  : -1;
-    if (fd < 0) {
-        free(target);
+    if (fd < 0)
         return write_in_place(path, to_fd);
-    }
     int rc = to_fd(fd, crawl_heap_format_for(path));
     if (close(fd) != 0 && !rc)
         rc = -errno;
@@ -670,7 +674,6 @@ int ho_write_path(const char *path, int (*to_fd)(int fd, crawl_heap_format forma
         rc = -errno;
     if (rc)
         unlink(tmp);
-    free(target);
     return rc;
 }
 

@@ -654,6 +654,23 @@ void san_hp_fork_child(void) { atomic_store(&frozen, 0); }
 static void at_exit(void);
 static void register_exit(void) { atexit(at_exit); }
 
+/* heap_profile_path written, or one line saying why not (it failed in
+ * silence: a directory that does not exist, a closed /dev/stdout) */
+static void write_profile(const char *path)
+{
+    int rc = crawl_heap_profile_write(path);
+    if (rc == 0)
+        return;
+    char line[700];
+    int n = snprintf(line, sizeof line, "crawl: cannot write the heap profile to '%.500s': %s\n",
+                     path, strerror(-rc));
+    int opened;
+    int fd = san_log_open(&opened);
+    crawl__write_all(fd, line, (size_t)n);
+    if (opened)
+        close(fd);
+}
+
 static void at_exit(void)
 {
     crawl_regs regs;                     /* (the callee-saved ones are the callers') */
@@ -663,7 +680,7 @@ static void at_exit(void)
     uintptr_t above = (uintptr_t)__builtin_frame_address(0) + 2 * sizeof(void *);
     const san_options *o = san_opts();
     if (o->heap_profile_path[0])
-        crawl_heap_profile_write(o->heap_profile_path);
+        write_profile(o->heap_profile_path);
     if (o->leak_check && san_leak_check_at_exit(-1, above, &regs) > 0 && o->leak_check_exitcode) {
         fflush(NULL);
         _exit((int)o->leak_check_exitcode);
@@ -676,7 +693,7 @@ static void dump_now(void *unused)
     (void)unused;
     const san_options *o = san_opts();
     if (o->heap_profile_path[0]) {
-        crawl_heap_profile_write(o->heap_profile_path);
+        write_profile(o->heap_profile_path);
         return;
     }
     int opened;

@@ -1092,6 +1092,10 @@ static __attribute__((noinline)) long check(int fd, uintptr_t stack_from, const 
 
     const san_options *opt = san_opts();
     int opened = 0;
+    if (!leaked_objects && !(opt->leak_check_reachable && reach_objects)) {
+        rc = 0;                          /* (log_path=X: no empty X.PID, as LSan) */
+        goto out;
+    }
     if (fd < 0)
         fd = san_log_open(&opened);
     ho_out *o = malloc(sizeof *o);

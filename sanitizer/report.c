@@ -172,23 +172,45 @@ void san_keep_stderr(void)
  * opening a module to symbolize the report's stacks, which lost the
  * report). A stderr the program itself pointed elsewhere for writing is
  * still its stderr. */
-static int stderr_gone(void)
+static int gone(int fd)
 {
-    int fl = fcntl(STDERR_FILENO, F_GETFL);
+    int fl = fcntl(fd, F_GETFL);
     return fl < 0 || (fl & O_ACCMODE) == O_RDONLY;
+}
+
+/* Descriptor 1 or 2 while the program has it, else the copy of stderr
+ * kept (a report on stdout goes to stderr rather than nowhere) */
+static int standard(int fd) { return gone(fd) && kept_stderr >= 0 ? kept_stderr : fd; }
+
+/* 1 or 2 when log_path names stdout or stderr, through /dev or /proc too:
+ * opened by name, those follow descriptor 1 or 2 to whatever file holds it
+ * now (with stderr closed at exit, a module file crawl opened to
+ * symbolize: the report was lost, and as root could be appended to it) */
+static int names_standard(const char *path)
+{
+    static const char *const names[][4] = {
+        {"stdout", "/dev/stdout", "/dev/fd/1", "/proc/self/fd/1"},
+        {"stderr", "/dev/stderr", "/dev/fd/2", "/proc/self/fd/2"},
+    };
+    for (int fd = 0; fd < 2; fd++)
+        for (int i = 0; i < 4; i++)
+            if (strcmp(path, names[fd][i]) == 0)
+                return fd + 1;
+    return 0;
 }
 
 int san_log_open(int *opened)
 {
     const san_options *o = san_opts();
     *opened = 0;
-    if (strcmp(o->log_path, "stdout") == 0)
-        return STDOUT_FILENO;
-    if (!o->log_path[0] || strcmp(o->log_path, "stderr") == 0)
-        return stderr_gone() && kept_stderr >= 0 ? kept_stderr : STDERR_FILENO;
+    if (!o->log_path[0])
+        return standard(STDERR_FILENO);
+    int fd = names_standard(o->log_path);
+    if (fd)
+        return standard(fd);
     /* A device or a pipe (/dev/null, a FIFO a tool reads), and anything
-     * under /dev or /proc (/dev/stderr, /proc/self/fd/2, whatever the file
-     * behind them is), is written as named: PATH.PID would create a new
+     * else under /dev or /proc (/proc/self/fd/5, whatever the file behind
+     * it is), is written as named: PATH.PID would create a new
      * file beside it (in /dev, as root). Anything else gets the .PID
      * suffix, as ASan's. */
     struct stat st;
@@ -200,7 +222,7 @@ int san_log_open(int *opened)
         snprintf(path, sizeof path, "%s.%d", o->log_path, (int)getpid());
     int lf = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
     if (lf < 0)
-        return STDERR_FILENO;
+        return standard(STDERR_FILENO);
     *opened = 1;
     return lf;
 }

@@ -8,7 +8,10 @@
  * Loading happens in a constructor so that walks in signal handlers never
  * call dlopen. */
 #include <dlfcn.h>
+#include <errno.h>
+#include <fcntl.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "stackwalk/internal.h"
 
@@ -29,9 +32,22 @@ __attribute__((constructor)) static void load_libunwind(void)
     unw_addr_space_t *local_as = dlsym(h, "_ULx86_64_local_addr_space");
     if (!api.init_local2 || !api.step || !api.get_reg || !api.is_signal_frame)
         return;
-    /* The global cache takes a lock; the per-thread one is signal-safe. */
+    /* The global cache takes a lock; the per-thread one is signal-safe.
+     * Setting it initializes libunwind, which opens a pipe (its memory
+     * validation): in a program started with descriptor 0, 1 or 2 closed
+     * the pipe took it (sort >&- got SIGPIPE, cat <&- "Resource temporarily
+     * unavailable"), so they are held on /dev/null meanwhile. */
+    int held[3], nheld = 0;
+    for (int fd = 0; fd < 3; fd++)
+        if (fcntl(fd, F_GETFD) < 0 && errno == EBADF) {
+            int d = open("/dev/null", O_RDWR | O_CLOEXEC);   /* (the lowest free: fd) */
+            if (d >= 0)
+                held[nheld++] = d;
+        }
     if (set_policy && local_as)
         set_policy(*local_as, UNW_CACHE_PER_THREAD);
+    while (nheld)
+        close(held[--nheld]);
     api_loaded = 1;
 }
 

@@ -105,6 +105,20 @@ if command -v valgrind >/dev/null; then
         ok || bad "valgrind no longer agrees on sort's leak"
 fi
 
+# sort closes stdout and stderr at exit: a report to log_path=/dev/stderr
+# used to follow descriptor 2 to whatever crawl had opened there since
+CRAWL_OPTIONS=leak_check=1:log_path=/dev/stderr LD_PRELOAD=$lib sort /etc/passwd >/dev/null \
+    2>"$work/err"
+rc=$?
+[ $rc -eq 23 ] && grep -qF 'SUMMARY: LeakSanitizer: 16 byte(s) leaked in 1 allocation(s).' "$work/err" &&
+    ok || { bad "sort's leak to log_path=/dev/stderr: rc $rc"; cat "$work/err"; }
+
+# a process with nothing to report leaves no log file (an empty one was made)
+CRAWL_OPTIONS=leak_check=1:log_path=$work/clean LD_PRELOAD=$lib /bin/true
+rc=$?
+[ $rc -eq 0 ] && [ -z "$(ls "$work" | grep '^clean')" ] && ok ||
+    { bad "a clean process under log_path: rc $rc"; ls "$work"; }
+
 # ---- the profile files ---------------------------------------------------------------
 for ext in txt json folded svg pb.gz; do
     CRAWL_OPTIONS=heap_profile=1:heap_profile_path=$work/p.$ext LD_PRELOAD=$lib "$leaky" >/dev/null
@@ -174,6 +188,29 @@ CRAWL_OPTIONS=heap_profile=1:heap_profile_path=$work/nomap.json LD_PRELOAD=$lib 
     >/dev/null 2>&1
 grep -q '"mapped_bytes":0,"mapped_regions":0' "$work/nomap.json" && ok ||
     bad "mapped regions recorded without heap_profile_mmap=1"
+
+# heap_profile_path through a symbolic link: the link stays, its target is
+# written (a link to a file not there yet was renamed over, and the
+# profile listed realpath's own malloc); one that leads nowhere when the
+# profile is written (/dev/stdout after echo closed it) is never replaced,
+# and a path that cannot be written says so
+ln -s "$work/target.txt" "$work/link.txt"
+for round in 1 2; do
+    CRAWL_OPTIONS=heap_profile=1:heap_profile_path=$work/link.txt LD_PRELOAD=$lib "$leaky" >/dev/null
+    [ -L "$work/link.txt" ] && grep -q 'bytes live in' "$work/target.txt" &&
+        ! grep -q 'ho_write_path' "$work/target.txt" && ok ||
+        { bad "heap_profile_path through a link (round $round)"; ls -l "$work"; }
+done
+ln -s /proc/self/fd/1 "$work/stdout_link"
+CRAWL_OPTIONS=heap_profile=1:heap_profile_path=$work/stdout_link LD_PRELOAD=$lib /bin/echo hi \
+    >"$work/out" 2>"$work/err"
+[ -L "$work/stdout_link" ] && grep -qx hi "$work/out" &&
+    grep -q "crawl: cannot write the heap profile to '$work/stdout_link': " "$work/err" && ok ||
+    { bad "heap_profile_path=a link to a closed stdout"; ls -l "$work"; cat "$work/err"; }
+CRAWL_OPTIONS=heap_profile=1:heap_profile_path=$work/no/dir.json LD_PRELOAD=$lib /bin/true \
+    2>"$work/err"
+grep -qx "crawl: cannot write the heap profile to '$work/no/dir.json': No such file or directory" \
+    "$work/err" && ok || { bad "no word of an unwritable heap_profile_path"; cat "$work/err"; }
 
 # ---- crawlvm --heap-profile: script frames in the stacks --------------------------------
 "$crawlvm" --heap-profile "$work/vm.folded" "$examples/heap.crawl" >/dev/null 2>"$work/err"

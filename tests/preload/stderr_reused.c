@@ -10,12 +10,18 @@
 
 static void *volatile kept;
 
+static int close_stdout;
+
 static void close_stderr_then_read(void)
 {
+    if (close_stdout)
+        close(STDOUT_FILENO);
     close(STDERR_FILENO);
-    int fd = open("/proc/self/cmdline", O_RDONLY);   /* the lowest free: 2 */
-    if (fd != STDERR_FILENO)
+    int fd = open("/proc/self/cmdline", O_RDONLY);   /* the lowest free: 2 (1) */
+    if (fd != (close_stdout ? STDOUT_FILENO : STDERR_FILENO))
         _exit(3);                        /* the test's premise failed */
+    if (close_stdout && open("/proc/self/cmdline", O_RDONLY) != STDERR_FILENO)
+        _exit(3);
 }
 
 __attribute__((noinline)) static void leak(void)
@@ -26,8 +32,10 @@ __attribute__((noinline)) static void leak(void)
     kept = NULL;
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
+    (void)argv;
+    close_stdout = argc > 1;             /* "stdout": close descriptor 1 too */
     atexit(close_stderr_then_read);
     leak();
     return 0;
