@@ -75,6 +75,11 @@ static void test_bad_strings(void **state)
         {"halt_on_error=-0", "crawl: bad value in 'halt_on_error=-0' in sanitizer options; none applied\n"},
         /* signals no handler can catch (accepted, then refused at start, before) */
         {"heap_profile_signal=9", "crawl: bad value in 'heap_profile_signal=9' in sanitizer options; none applied\n"},
+        /* a fault's signal: a crash wrote the profile and faulted again, for ever */
+        {"heap_profile_signal=11", "crawl: bad value in 'heap_profile_signal=11' in sanitizer options; none applied\n"},
+        {"heap_profile_signal=8", "crawl: bad value in 'heap_profile_signal=8' in sanitizer options; none applied\n"},
+        {"heap_profile_signal=32", "crawl: bad value in 'heap_profile_signal=32' in sanitizer options; none applied\n"},
+        {"heap_profile_signal=33", "crawl: bad value in 'heap_profile_signal=33' in sanitizer options; none applied\n"},
         {"heap_profile=1:heap_profile_signal=19", "crawl: bad value in 'heap_profile_signal=19' in sanitizer options; none applied\n"},
         /* a good item before a bad one is not applied either */
         {"redzone=32:nope=1", "crawl: unknown option 'nope' in sanitizer options; none applied\n"},
