@@ -149,10 +149,15 @@ uint32_t crawl_depot_capture_from(const crawl_regs *regs, unsigned max_frames, u
     return regs && max_frames ? san_capture_at(regs, max_frames, flags) : 0;
 }
 
-/* An activation stored in the depot, through its type's describe_method. */
+/* An activation stored in the depot, through its type's describe_method.
+ * The depot takes any words: a type crawl_frame_push never saw is not
+ * followed (crawl_depot_print of a made-up activation faulted). */
 static int describe_activation(const uintptr_t *w, char *buf, size_t len)
 {
     const crawl_frame_type *t = (const crawl_frame_type *)(w[0] & ~CRAWL_DEPOT_TAGS);
+    if (!crawl__type_known(t))
+        return snprintf(buf, len, "[activation of unknown type %p, method %p]", (const void *)t,
+                        (const void *)w[1]);
     if (t->describe_method)
         return t->describe_method((const void *)w[1], w[2], buf, len);
     return snprintf(buf, len, "[%s activation, method %p]", t->name ? t->name : "?",

@@ -141,6 +141,18 @@ static void test_ids_stable_under_threads(void **state)
     }
 }
 
+/* What crawl_depot_print writes for id (through a pipe) */
+static void printed(uint32_t id, char *out, size_t len)
+{
+    int p[2];
+    assert_int_equal(pipe(p), 0);
+    crawl_depot_print(id, p[1]);
+    close(p[1]);
+    ssize_t k = read(p[0], out, len - 1);
+    out[k > 0 ? k : 0] = '\0';
+    close(p[0]);
+}
+
 /* ---- capture of a mixed stack --------------------------------------------------- */
 
 typedef struct script_frame {
@@ -218,17 +230,25 @@ static void test_capture_mixed_stack(void **state)
         assert_string_equal(s.function, "scripted");
     }
     /* printed in the ASan shape, the activation through describe_method */
-    int p[2];
-    assert_int_equal(pipe(p), 0);
-    crawl_depot_print(captured, p[1]);
-    close(p[1]);
     char out[4096];
-    ssize_t k = read(p[0], out, sizeof out - 1);
-    out[k > 0 ? k : 0] = '\0';
-    close(p[0]);
+    printed(captured, out, sizeof out);
     assert_non_null(strstr(out, "    #0 0x"));
     assert_non_null(strstr(out, " in capture_here "));
     assert_non_null(strstr(out, "    #1 in handler app.script\n    #2 0x"));
+}
+
+/* The depot takes any words: an activation whose type word was never a
+ * pushed Frame's type is printed as unknown, not followed (it faulted). */
+static void test_print_made_up_activation(void **state)
+{
+    (void)state;
+    uintptr_t w[4] = {CRAWL_DEPOT_VM | 0x1230, 5, 6, 0x401000};
+    uint32_t id = crawl_depot_put(w, 4);
+    assert_int_not_equal(id, 0);
+    char out[4096];
+    printed(id, out, sizeof out);
+    assert_non_null(strstr(out, "    #0 in [activation of unknown type 0x1230, method 0x5]\n"
+                                "    #1 0x401000 in "));
 }
 
 /* ---- captures the walk memo replays ---------------------------------------------------- */
@@ -350,6 +370,7 @@ int main(void)
         cmocka_unit_test(test_put_alternating_lookalikes),
         cmocka_unit_test(test_ids_stable_under_threads),
         cmocka_unit_test(test_capture_mixed_stack),
+        cmocka_unit_test(test_print_made_up_activation),
         cmocka_unit_test(test_capture_memo_keeps_ids_apart),
         cmocka_unit_test(test_budget),
     };
