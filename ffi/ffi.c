@@ -94,6 +94,10 @@ static int parse_sig(const char *text, sig *s, char *err, size_t errlen)
 crawl_ffi_fn *crawl_ffi_wrap(void *code, const char *name, const char *signature, char *err,
                              size_t errlen)
 {
+    if (!code) {                         /* (a call would jump to address 0) */
+        snprintf(err, errlen, "missing function pointer");
+        return NULL;
+    }
     crawl_ffi_fn *fn = calloc(1, sizeof *fn);
     if (!fn || !(fn->name = strdup(name ? name : "?"))) {
         free(fn);

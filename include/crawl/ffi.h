@@ -46,7 +46,8 @@ typedef struct crawl_ffi_closure crawl_ffi_closure;
  * open, a missing symbol. */
 CRAWL_API crawl_ffi_fn *crawl_ffi_open(const char *library, const char *symbol,
                                        const char *signature, char *err, size_t errlen);
-/* The same for a function pointer you already have; name is for messages. */
+/* The same for a function pointer you already have; name is for messages.
+ * A NULL fn is an error ("missing function pointer"). */
 CRAWL_API crawl_ffi_fn *crawl_ffi_wrap(void *fn, const char *name, const char *signature,
                                        char *err, size_t errlen);
 CRAWL_API void crawl_ffi_free(crawl_ffi_fn *fn);

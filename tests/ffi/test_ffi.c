@@ -35,6 +35,9 @@ static void test_bad_signatures(void **state)
     assert_string_equal(err, "symbol \"no_such_symbol_here\" not found in the process");
     assert_null(crawl_ffi_open("libno-such-library.so.9", "f", "v()", err, sizeof err));
     assert_non_null(strstr(err, "cannot open library \"libno-such-library.so.9\": "));
+    /* a NULL function: refused (a call would jump to address 0) */
+    assert_null(crawl_ffi_wrap(NULL, "f", "v()", err, sizeof err));
+    assert_string_equal(err, "missing function pointer");
 }
 
 static void test_call_values(void **state)
