@@ -1,8 +1,10 @@
 /* crawl — umbrella header.
  *   pkg-config: crawl          CMake: find_package(crawl) -> crawl::crawl
  * See include/crawl/frames.h (Frames, threads), stackwalk.h (walks),
- * gcroots.h (GC roots) and sanitizer.h. The glue libraries have their own
- * headers: crawl/boehm.h (crawl-boehm) and crawl/ffi.h (crawl-ffi). */
+ * gcroots.h (GC roots), sanitizer.h (depot, checked heap, options),
+ * guarded.h (the guarded pool), heap_profile.h and profiler.h. The glue
+ * libraries have their own headers: crawl/boehm.h (crawl-boehm) and
+ * crawl/ffi.h (crawl-ffi). */
 #ifndef CRAWL_CRAWL_H
 #define CRAWL_CRAWL_H
 
@@ -11,6 +13,7 @@
 #include <crawl/stackwalk.h>
 #include <crawl/gcroots.h>
 #include <crawl/sanitizer.h>
+#include <crawl/guarded.h>
 #include <crawl/heap_profile.h>
 #include <crawl/profiler.h>
 

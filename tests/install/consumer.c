@@ -60,6 +60,9 @@ int main(void)
     crawl_walk_status s = CRAWL_WALK_ABORTED;
     crawl_roots *sink = NULL;
     (void)k, (void)a, (void)s, (void)sink;
+    /* the umbrella has every libcrawl header: the guarded pool's too */
+    if (crawl_gpa_owns(&f) || crawl_heap_profile_active() < 0)
+        return 1;
     crawl_frame_pop(&f.base);
     crawl_thread_detach();
     printf("consumer: ok\n");

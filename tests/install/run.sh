@@ -48,7 +48,7 @@ pcdir=$(find "$P" -name crawl.pc -printf '%h\n')
 export PKG_CONFIG_PATH="$pcdir"
 libdir=$(pkg-config --variable=libdir crawl)
 [ "$libdir" -ef "$(dirname "$(find "$P" -name libcrawl.so)")" ] || fail "crawl.pc libdir is $libdir"
-cc "$src/tests/install/consumer.c" -o "$work/pc" $(pkg-config --cflags --libs crawl) \
+cc -Werror=implicit-function-declaration "$src/tests/install/consumer.c" -o "$work/pc" $(pkg-config --cflags --libs crawl) \
    -Wl,-rpath,"$libdir" || fail "pkg-config crawl: no build"
 "$work/pc" >/dev/null || fail "pkg-config consumer failed"
 cc -static-libgcc "$src/tests/install/consumer.c" -o "$work/pc_static" $(pkg-config --cflags crawl) \
@@ -59,4 +59,18 @@ cc "$src/tests/install/consumer_glue.c" -o "$work/pc_glue" \
    $(pkg-config --cflags --libs crawl-boehm crawl-ffi) -Wl,-rpath,"$libdir" || fail "pkg-config glue: no build"
 "$work/pc_glue" >/dev/null || fail "pkg-config glue consumer failed"
 "$P/bin/crawlvm" "$work/t.crawl" >/dev/null || fail "moved crawlvm does not run"
+
+# the README's "Embedding crawl" example, as a reader copies it: it builds
+# with no warning (it lacked <stdio.h>) and prints the script frame in its
+# place: after the transition Frame, before vm_call_native
+awk '/^## Embedding crawl/ { on = 1 } on && /^```c$/ { inside = 1; next }
+     inside && /^```$/ { exit } inside' "$src/README.md" >"$work/embed.c"
+[ -s "$work/embed.c" ] || fail "no C block under the README's 'Embedding crawl'"
+printf 'int main(void)\n{\n    vm_call_native(anywhere);\n    return 0;\n}\n' >>"$work/embed.c"
+cc -Wall -Werror -O2 "$work/embed.c" -o "$work/embed" $(pkg-config --cflags --libs crawl) \
+   -Wl,-rpath,"$libdir" 2>"$work/embed.err" || { cat "$work/embed.err"; fail "the README's example does not build"; }
+"$work/embed" >"$work/embed.out" || fail "the README's example failed"
+awk '/ in \[transition Frame: VM -> native/ { t = NR } / in main demo.script:3$/ { m = NR }
+     / in vm_call_native / { v = NR } END { exit !(t && m && v && t < m && m < v) }' "$work/embed.out" ||
+    { cat "$work/embed.out"; fail "the README's example prints its frames out of order"; }
 echo "install: 1 passed, 0 failed"
