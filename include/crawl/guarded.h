@@ -19,7 +19,7 @@
  * These are the entry points an allocator calls (GWP-ASan's allocator
  * stubs): sample, then allocate from the pool, or fall back to its own.
  * Thread-safe. Not async-signal-safe (the pool takes a lock; stacks are
- * captured with a walk). */
+ * captured with a walk), except crawl_gpa_owns and crawl_gpa_size. */
 #ifndef CRAWL_GUARDED_H
 #define CRAWL_GUARDED_H
 
@@ -86,10 +86,13 @@ CRAWL_API void crawl_gpa_deallocate(void *p);
  * caller of the frame whose registers are *from. Not API. */
 CRAWL_API void crawl__gpa_deallocate_from(void *p, const crawl_regs *from);
 
-/* 1 if p lies in the pool (its slots, guard pages and report arena). */
+/* 1 if p lies in the pool (its slots, guard pages and report arena).
+ * Async-signal-safe (two loads, no lock), thread-safe, allocates nothing. */
 CRAWL_API int crawl_gpa_owns(const void *p);
 
-/* The requested size of the live pool allocation starting at p, or 0. */
+/* The requested size of the live pool allocation starting at p, or 0.
+ * Async-signal-safe (reads the slot's record, no lock), thread-safe,
+ * allocates nothing. */
 CRAWL_API size_t crawl_gpa_size(const void *p);
 /* The requested size of the live allocation in the slot p lies in,
  * wherever in it that starts, or 0 (a freed slot not yet given again).

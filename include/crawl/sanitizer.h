@@ -117,8 +117,12 @@ CRAWL_API size_t crawl_heap_size(const void *p);
  * then from each crawl_sanitizer_set_options call.
  *   halt_on_error=1         abort after a report (0: return and go on)
  *   log_path=PATH           write reports to PATH.PID ("stderr", the default,
- *                           and "stdout" name those streams; a device or a
- *                           FIFO, such as /dev/null, is written as named)
+ *                           and "stdout" name those streams, as do
+ *                           /dev/stderr, /dev/fd/2, /proc/self/fd/2 and
+ *                           their stdout kin; a device or a FIFO, such as
+ *                           /dev/null, is written as named; a stream the
+ *                           program closed, or a PATH that cannot be
+ *                           opened: the stderr kept from the start)
  *   malloc_context_size=30  frames kept per allocation/free stack (1..256)
  *   quarantine_size_mb=64   freed memory kept unallocatable
  *   redzone=16              minimum redzone bytes (16..2048, a power of 2)
