@@ -350,8 +350,9 @@ int crawl_sanitizer_on_options_change(void (*fn)(void))
         return -EINVAL;
     for (int i = 0; i < MAX_LISTENERS; i++) {
         void (*expected)(void) = NULL;
-        if (atomic_load(&listeners[i]) == fn ||
-            atomic_compare_exchange_strong(&listeners[i], &expected, fn))
+        /* (a failed exchange loads the slot: another thread may have put
+         * this very fn there meanwhile) */
+        if (atomic_compare_exchange_strong(&listeners[i], &expected, fn) || expected == fn)
             return 0;
     }
     return -ENOSPC;

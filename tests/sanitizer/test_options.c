@@ -5,6 +5,9 @@
 #include "../support.h"
 
 #include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
@@ -167,6 +170,49 @@ static void test_context_size_applies(void **state)
     crawl_heap_free(p);
 }
 
+/* crawl_sanitizer_on_options_change: each listener called once after each
+ * successful change (never after a refused one), registering twice is
+ * once, also when two threads register the same one at once, NULL is
+ * refused, and the ninth listener finds no room. Last: it fills the
+ * table. */
+static atomic_int calls[9];
+#define LISTENER(k)                                                                            \
+    static void listener##k(void) { atomic_fetch_add(&calls[k], 1); }
+LISTENER(0) LISTENER(1) LISTENER(2) LISTENER(3) LISTENER(4) LISTENER(5) LISTENER(6)
+LISTENER(7) LISTENER(8)
+static void (*const listeners[9])(void) = {listener0, listener1, listener2, listener3, listener4,
+                                           listener5, listener6, listener7, listener8};
+
+static void *register_first(void *arg)
+{
+    (void)arg;
+    return (void *)(intptr_t)crawl_sanitizer_on_options_change(listener0);
+}
+
+static void test_option_listeners(void **state)
+{
+    (void)state;
+    assert_int_equal(crawl_sanitizer_on_options_change(NULL), -EINVAL);
+    pthread_t t[4];
+    for (int i = 0; i < 4; i++)
+        assert_int_equal(pthread_create(&t[i], NULL, register_first, NULL), 0);
+    for (int i = 0; i < 4; i++) {
+        void *rc;
+        assert_int_equal(pthread_join(t[i], &rc), 0);
+        assert_int_equal((intptr_t)rc, 0);
+    }
+    for (int k = 1; k < 8; k++) {
+        assert_int_equal(crawl_sanitizer_on_options_change(listeners[k]), 0);
+        assert_int_equal(crawl_sanitizer_on_options_change(listeners[k]), 0);
+    }
+    assert_int_equal(crawl_sanitizer_on_options_change(listeners[8]), -ENOSPC);
+    assert_int_equal(crawl_sanitizer_set_options("redzone=32"), 0);
+    assert_int_equal(crawl_sanitizer_set_options("redzone=33"), -EINVAL);
+    for (int k = 0; k < 8; k++)
+        assert_int_equal(atomic_load(&calls[k]), 1);
+    assert_int_equal(atomic_load(&calls[8]), 0);
+}
+
 int main(void)
 {
     crawl_thread_attach();
@@ -176,6 +222,7 @@ int main(void)
         cmocka_unit_test(test_help),
         cmocka_unit_test(test_get_option_and_serial),
         cmocka_unit_test(test_context_size_applies),
+        cmocka_unit_test(test_option_listeners),
     };
     return cmocka_run_group_tests_name("sanitizer-options", tests, NULL, NULL);
 }
