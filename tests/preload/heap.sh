@@ -16,6 +16,7 @@ ok() { checks=$((checks + 1)); }
 # ---- the leak check ------------------------------------------------------------------
 CRAWL_OPTIONS=leak_check=1 LD_PRELOAD=$lib "$leaky" >"$work/out" 2>"$work/err"
 rc=$?
+cp "$work/err" "$work/leaky_err"
 [ $rc -eq 23 ] && ok || bad "leaky exits $rc, not 23 (LeakSanitizer's exit status)"
 grep -q '^hello$' "$work/out" && ok || bad "leaky's own output is lost"
 for want in '==ERROR: LeakSanitizer: detected memory leaks' \
@@ -104,6 +105,16 @@ if command -v valgrind >/dev/null; then
     valgrind --leak-check=full sort /etc/passwd 2>&1 >/dev/null | grep -q 'definitely lost: 16 bytes in 1 blocks' &&
         ok || bad "valgrind no longer agrees on sort's leak"
 fi
+
+# leak_check_reachable=1 lists what is still reachable too (the global's
+# list among it, with its stack); by default it is not listed
+grep -q 'Still reachable' "$work/leaky_err" && bad "reachable chunks listed by default" || ok
+CRAWL_OPTIONS=leak_check=1:leak_check_reachable=1 LD_PRELOAD=$lib "$leaky" >/dev/null 2>"$work/err"
+grep -Eq '^Still reachable \(not leaks\): [0-9]+ byte\(s\) in [0-9]+ object\(s\):$' "$work/err" &&
+    grep -A4 -F 'Reachable of 96 byte(s) in 3 object(s) allocated from:' "$work/err" |
+    grep -q ' in kept_list ' &&
+    grep -qF 'SUMMARY: LeakSanitizer: 228 byte(s) leaked in 5 allocation(s).' "$work/err" && ok ||
+    { bad "leak_check_reachable=1"; cat "$work/err"; }
 
 # sort closes stdout and stderr at exit: a report to log_path=/dev/stderr
 # used to follow descriptor 2 to whatever crawl had opened there since

@@ -189,6 +189,30 @@ static void test_unknown_free_and_reuse(void **state)
     assert_int_equal(after.live_objects, before.live_objects);
 }
 
+/* heap_stack_min_size=N: a stack only for allocations of N bytes or more;
+ * a smaller one is listed under its caller alone */
+__attribute__((noinline)) static void alloc_sized(void *p, size_t n)
+{
+    crawl_heap_profile_alloc(p, n, 0);
+    __asm__ volatile("" ::: "memory");
+}
+
+static void test_stack_min_size(void **state)
+{
+    (void)state;
+    static char small[16], big[16];
+    assert_int_equal(crawl_sanitizer_set_options("heap_stack_min_size=1000"), 0);
+    alloc_sized(small, 999);
+    alloc_sized(big, 1000);
+    char *folded = output(CRAWL_HEAP_FOLDED);
+    assert_true(strncmp(folded, "alloc_sized 999\n", 16) == 0 || strstr(folded, "\nalloc_sized 999\n"));
+    HAS(folded, ";test_stack_min_size;alloc_sized 1000\n");
+    free(folded);
+    crawl_heap_profile_free(small);
+    crawl_heap_profile_free(big);
+    assert_int_equal(crawl_sanitizer_set_options("heap_stack_min_size=0"), 0);
+}
+
 /* The live table under churn: thousands of pointers recorded and taken
  * out in random order (16-byte neighbours, and page-aligned ones whose low
  * bits are all alike), against a model. A free that no longer finds its
@@ -1253,6 +1277,7 @@ int main(void)
         cmocka_unit_test(test_write_replaces_whole),
         cmocka_unit_test(test_walked_registers_are_let_go),   /* (early: see its comment) */
         cmocka_unit_test(test_unknown_free_and_reuse),
+        cmocka_unit_test(test_stack_min_size),
         cmocka_unit_test(test_table_churn),
         cmocka_unit_test(test_stop_keeps_taking_frees),
         cmocka_unit_test(test_sampled_estimate),

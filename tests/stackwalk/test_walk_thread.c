@@ -465,6 +465,41 @@ static void test_many_walks_in_turn(void **state)
         stop(&w[i]);                     /* hung here before the fix */
 }
 
+/* crawl_set_walk_signal: bad signals refused, another one used for the
+ * next walks (its handler installed), and the default put back */
+static void test_walk_signal_chosen(void **state)
+{
+    (void)state;
+    assert_int_equal(crawl_set_walk_signal(0), -EINVAL);
+    assert_int_equal(crawl_set_walk_signal(SIGKILL), -EINVAL);
+    assert_int_equal(crawl_set_walk_signal(SIGSTOP), -EINVAL);
+    assert_int_equal(crawl_set_walk_signal(NSIG), -EINVAL);
+    assert_true(crawl_set_walk_signal(32) < 0);   /* glibc's own */
+    int sig = SIGRTMIN + 5;
+    assert_int_equal(crawl_set_walk_signal(sig), 0);
+    struct sigaction sa;
+    assert_int_equal(sigaction(sig, NULL, &sa), 0);
+    assert_true(sa.sa_flags & SA_SIGINFO);
+    void (*crawls)(int, siginfo_t *, void *) = sa.sa_sigaction;
+    /* the walk comes through the new signal: the target blocks the old
+     * one (inherited from this thread's mask) and still answers */
+    sigset_t old_sig, mask;
+    sigemptyset(&mask);
+    sigaddset(&mask, SIGRTMIN + 3);
+    pthread_sigmask(SIG_BLOCK, &mask, &old_sig);
+    worker w;
+    start(&w, 0);
+    pthread_sigmask(SIG_SETMASK, &old_sig, NULL);
+    seen s = {.first_frame_at = -1};
+    assert_int_equal(crawl_walk_thread_timeout(w.tid, collect, &s, CRAWL_WALK_FAST, 10000),
+                     CRAWL_WALK_DONE);
+    assert_int_equal(s.nframes, 3);
+    stop(&w);
+    assert_int_equal(crawl_set_walk_signal(SIGRTMIN + 3), 0);
+    assert_int_equal(sigaction(SIGRTMIN + 3, NULL, &sa), 0);
+    assert_ptr_equal(sa.sa_sigaction, crawls);
+}
+
 /* An attached thread's walks keep their memo (each frame's registers) in a
  * mapping of the thread's own, made on its first walk; the thread gives it
  * back when it detaches or exits, and a thread crawl does not know makes
@@ -649,6 +684,7 @@ int main(void)
         cmocka_unit_test(test_thread_exiting_meanwhile),
         cmocka_unit_test(test_walk_outlasting_timeout),
         cmocka_unit_test(test_many_walks_in_turn),
+        cmocka_unit_test(test_walk_signal_chosen),
         cmocka_unit_test(test_walk_memos_go_with_their_threads),
         cmocka_unit_test(test_fork_while_dumping),
         cmocka_unit_test(test_dump_on_signal),

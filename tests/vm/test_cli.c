@@ -320,6 +320,41 @@ static void test_traceback_long_name(void **state)
                                               NULL});
 }
 
+/* The README's traceback limits: a run of one line is shown 4 times and
+ * then counted, and a traceback stops after 100 lines with a count of the
+ * frames left out. */
+static void test_traceback_limits(void **state)
+{
+    (void)state;
+    proc p;
+    crawlvm(&p, (const char *[]){"-e",
+                                 "(define (f n) (if (= n 0) (error \"deep\") (+ 1 (f (- n 1)))))\n"
+                                 "(f 200)",
+                                 NULL});
+    EXPECT_EXIT(&p, 1);
+    expect_order(p.err, (const char *const[]){"^Traceback \\(most recent call first\\):\n"
+                                              "(  f at [^\n]*:1\n){4}"
+                                              "  \\[previous line repeated 197 more times\\]\n"
+                                              "  <toplevel> at [^\n]*:2\nerror: deep\n",
+                                              NULL});
+    /* 120 functions, each calling the next from a line of its own: 121
+     * distinct lines with the top level */
+    char script[8192];
+    size_t n = 0;
+    for (int i = 0; i < 120; i++)
+        n += (size_t)snprintf(script + n, sizeof script - n,
+                              i < 119 ? "(define (g%d) (+ 1 (g%d)))\n" : "(define (g%d) (error \"end\"))\n",
+                              i, i + 1);
+    snprintf(script + n, sizeof script - n, "(g0)");
+    crawlvm(&p, (const char *[]){"-e", script, NULL});
+    EXPECT_EXIT(&p, 1);
+    expect_order(p.err, (const char *const[]){"^  g119 at [^\n]*:120\n", "^  g20 at [^\n]*:21\n"
+                                              "  \\[\\.\\.\\. 21 more frames not shown\\]\n"
+                                              "error: end\n",
+                                              NULL});
+    assert_null(strstr(p.err, "  g19 at "));
+}
+
 static void test_ffi_errors(void **state)
 {
     (void)state;
@@ -986,6 +1021,7 @@ int main(void)
         cmocka_unit_test(test_qsort_traceback_fast),
         cmocka_unit_test(test_script_traceback_without_native),
         cmocka_unit_test(test_traceback_long_name),
+        cmocka_unit_test(test_traceback_limits),
         cmocka_unit_test(test_ffi_errors),
         cmocka_unit_test(test_fatal_signal_in_native_code),
         cmocka_unit_test(test_gc_stats),
