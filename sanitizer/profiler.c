@@ -123,6 +123,10 @@ int crawl_profiler_start_flags(unsigned hz, unsigned flags)
     if (!(flags & CRAWL_WALK_FAST))
         crawl_cfi_cache_warm();          /* signal-safe walks use rules compiled ahead */
     pthread_mutex_lock(&prof_lock);
+    if (running) {                       /* another start came in meanwhile */
+        pthread_mutex_unlock(&prof_lock);
+        return -EBUSY;
+    }
     if (!timers) {
         void *m = crawl__mmap(MAX_TIMERS * sizeof *timers, PROT_READ | PROT_WRITE, 0);
         if (m == MAP_FAILED) {

@@ -21,12 +21,19 @@ extern "C" {
  * before the first sample) or CRAWL_WALK_FAST. Rules are compiled for the
  * modules loaded now; a sample through a module loaded later stops there.
  * 0, -EINVAL, -EBUSY (running), or a negative errno from timer_create or
- * sigaction. Owns SIGPROF while running. Not async-signal-safe. */
+ * sigaction. Owns SIGPROF while running. Not async-signal-safe.
+ * Thread-safe (one lock; of two starts at once, one gets -EBUSY).
+ * Allocates: precise mode first compiles
+ * every loaded module's CFI (crawl_cfi_cache_warm: libdw allocates); the
+ * timer table is mmap'ed once, count pages by the handler as stacks come. */
 CRAWL_API int crawl_profiler_start_flags(unsigned hz, unsigned flags);
-/* crawl_profiler_start_flags(hz, 0): precise stacks. */
+/* crawl_profiler_start_flags(hz, 0): precise stacks. Same safety and
+ * allocation. */
 CRAWL_API int crawl_profiler_start(unsigned hz);
 /* Stop: every timer deleted, SIGPROF's previous action back. The samples
- * stay for the outputs until the next start. 0 or -EINVAL (not running). */
+ * stay for the outputs until the next start. 0 or -EINVAL (not running).
+ * Thread-safe (the profiler's lock); not async-signal-safe (that lock);
+ * allocates nothing. */
 CRAWL_API int crawl_profiler_stop(void);
 
 typedef struct crawl_profiler_stats {
@@ -34,16 +41,21 @@ typedef struct crawl_profiler_stats {
     unsigned long failed;               /* signals whose walk gave nothing (an unattached thread) */
     unsigned threads;                   /* timers started */
 } crawl_profiler_stats;
+/* The counts now; out must not be NULL. Thread-safe (the profiler's lock);
+ * not async-signal-safe (that lock); allocates nothing. */
 CRAWL_API void crawl_profiler_get_stats(crawl_profiler_stats *out);
 
 /* The samples so far, as collapsed stacks, an SVG flame graph, pprof
  * (CRAWL_HEAP_PPROF: sample types samples/count and cpu/nanoseconds) or
  * text (CRAWL_HEAP_JSON is text too). 0, -EINVAL, -ENOMEM, -EIO. Not
- * async-signal-safe; may run while sampling. */
+ * async-signal-safe; may run while sampling. Allocates (the profile and
+ * its symbols: malloc, libdw; not recorded in a heap profile). */
 CRAWL_API int crawl_profiler_write_fd(int fd, crawl_heap_format format);
 /* The same to path, the format from the extension (.svg, .pb.gz,
  * .folded, else text), written as crawl_heap_profile_write writes (whole
- * beside path, then renamed over it). */
+ * beside path, then renamed over it). Thread-safe: for a regular file
+ * each call writes its own temporary file (PATH.tmp.PID.TID) and the last
+ * rename wins. Allocates as crawl_profiler_write_fd. */
 CRAWL_API int crawl_profiler_write(const char *path);
 
 #ifdef __cplusplus

@@ -8,6 +8,8 @@
 
 #include <errno.h>
 #include <pthread.h>
+#include <signal.h>
+#include <stdint.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -132,11 +134,48 @@ static void test_profile(void **state)
     free(text);
 }
 
+/* Two starts at once: one starts, the other gets -EBUSY, and a stop puts
+ * SIGPROF's action back (both used to start: the second took crawl's own
+ * handler for the previous action, and the stop left it installed) */
+static pthread_barrier_t both;
+
+static void *start_at_once(void *arg)
+{
+    (void)arg;
+    pthread_barrier_wait(&both);
+    return (void *)(intptr_t)crawl_profiler_start(97);
+}
+
+static void test_two_starts_at_once(void **state)
+{
+    (void)state;
+    struct sigaction before, after;
+    assert_int_equal(sigaction(SIGPROF, NULL, &before), 0);
+    for (int round = 0; round < 300; round++) {
+        pthread_t t[2];
+        assert_int_equal(pthread_barrier_init(&both, NULL, 2), 0);
+        for (int i = 0; i < 2; i++)
+            assert_int_equal(pthread_create(&t[i], NULL, start_at_once, NULL), 0);
+        void *rc[2];
+        for (int i = 0; i < 2; i++)
+            assert_int_equal(pthread_join(t[i], &rc[i]), 0);
+        pthread_barrier_destroy(&both);
+        int started = (rc[0] == 0) + (rc[1] == 0);
+        if (started != 1)
+            fail_msg("round %d: starts returned %d and %d", round, (int)(intptr_t)rc[0],
+                     (int)(intptr_t)rc[1]);
+        assert_int_equal(crawl_profiler_stop(), 0);
+        assert_int_equal(sigaction(SIGPROF, NULL, &after), 0);
+        assert_ptr_equal(after.sa_handler, before.sa_handler);
+    }
+}
+
 int main(void)
 {
     crawl_thread_attach();
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_profile),
+        cmocka_unit_test(test_two_starts_at_once),
     };
     return cmocka_run_group_tests_name("profiler", tests, NULL, NULL);
 }
