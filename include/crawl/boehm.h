@@ -20,10 +20,15 @@ extern "C" {
  * with Boehm (GC_pthread_create or GC_register_my_thread) to be stopped.
  * If a Frame chain is corrupt (its older Frames' roots cannot be reported),
  * the collection stops the process with one line rather than free live
- * objects. */
+ * objects. Not async-signal-safe: crawl-boehm's first call reads crawl's
+ * options under a lock (with gc_poison_collected=1 it then compiles every
+ * loaded module's CFI: crawl_cfi_cache_warm, which allocates). Allocates
+ * nothing else. */
 CRAWL_API void crawl_boehm_install(void);
 
-/* Roots pushed by the last collection (for diagnostics and tests). */
+/* Roots pushed by the last collection (for diagnostics and tests). One
+ * load, no lock: async-signal-safe, callable from any thread (a collection
+ * running meanwhile may be storing it); allocates nothing. */
 CRAWL_API unsigned long crawl_boehm_last_root_count(void);
 
 /* ---- GC-root diagnostics ----------------------------------------------------
@@ -56,7 +61,10 @@ CRAWL_API unsigned long crawl_boehm_last_root_count(void);
 /* GC_MALLOC, plus: a stress collection (gc_stress), the allocation stack
  * (gc_alloc_stacks), and the object's entry in the quarantine's bookkeeping
  * (gc_poison_collected). With every option off it is GC_MALLOC and a few
- * loads. NULL when Boehm is out of memory. */
+ * loads. NULL when Boehm is out of memory. Allocates from the GC heap;
+ * with an option on, crawl's object table grows by mmap, a precise
+ * allocation stack may read CFI rules (libdw allocates), and problems
+ * verifying collections found are reported first (malloc; symbolizes). */
 CRAWL_API CRAWL_ATTR_MALLOC CRAWL_ATTR_ALLOC_SIZE(1) void *crawl_gc_malloc(size_t size);
 /* The same for pointer-free objects (GC_MALLOC_ATOMIC). */
 CRAWL_API CRAWL_ATTR_MALLOC CRAWL_ATTR_ALLOC_SIZE(1) void *crawl_gc_malloc_atomic(size_t size);
@@ -64,13 +72,17 @@ CRAWL_API CRAWL_ATTR_MALLOC CRAWL_ATTR_ALLOC_SIZE(1) void *crawl_gc_malloc_atomi
 /* A full collection that first sweeps what the previous one found
  * unreachable (Boehm sweeps lazily, GC_gcollect included), so the
  * quarantine sees it: what a VM's "collect now" should call when the
- * diagnostics are on. Not async-signal-safe. */
+ * diagnostics are on. Not async-signal-safe. Allocates nothing through
+ * malloc: what crawl records during the collection (roots, the quarantine)
+ * is mmap'ed. */
 CRAWL_API void crawl_gc_collect(void);
 
 /* Check an access of size bytes at p: 0 when it is fine or p is not in
  * the GC heap (NULL included: nothing to check); otherwise a report
  * (use-after-collect for a collected object, heap-buffer-overflow past an
- * object crawl_gc_malloc returned) and 1. */
+ * object crawl_gc_malloc returned) and 1. Allocates nothing for an access
+ * that is fine; a report symbolizes (libdw allocates), and problems
+ * verifying collections found are reported first (malloc). */
 CRAWL_API int crawl_gc_check(const void *p, size_t size, int is_write);
 
 /* Run a collection that verifies every reported root (bad-root,
@@ -82,12 +94,13 @@ CRAWL_API int crawl_gc_check(const void *p, size_t size, int is_write);
  * frame that holds it (the first 8 frames, newest first: one may be a
  * stale copy in a slot its frame never wrote); returns how many objects.
  * Collections crawl-boehm runs zero 32 KiB of the dead stack below them
- * first, so that crawl's own stale words there keep nothing alive. */
+ * first, so that crawl's own stale words there keep nothing alive.
+ * Allocates (malloc: the frames and the search; reports symbolize). */
 CRAWL_API unsigned crawl_gc_verify(void);
 
 /* Values that are not references though they sit in reported slots
  * (tagged integers, say): verification accepts any value fn says is one.
- * NULL removes it. Thread-safe. */
+ * NULL removes it. Thread-safe; one atomic store, allocates nothing. */
 CRAWL_API void crawl_gc_set_immediate_fn(int (*fn)(uintptr_t value));
 
 /* One root of the census. Strings point into the record. */
@@ -111,11 +124,13 @@ typedef struct crawl_gc_root {
 
 /* Every root of every attached thread, thread by thread in walk order,
  * taken during a collection (the world stopped: a consistent picture).
- * fn runs after the collection, for each root; returns the count. */
+ * fn runs after the collection, for each root; returns the count.
+ * Allocates (malloc; the roots' native frames are symbolized). */
 CRAWL_API unsigned crawl_gc_census_each(void (*fn)(const crawl_gc_root *root, void *ctx),
                                         void *ctx);
 /* The same as text on fd, one root a line (and the allocation stack under
- * it when recorded). */
+ * it when recorded). Allocates (as crawl_gc_census_each, a stdio stream on
+ * a dup of fd, and symbolization). */
 CRAWL_API void crawl_gc_census(int fd);
 
 /* Why obj is alive: the shortest path from a root to it, each step with
@@ -128,7 +143,8 @@ CRAWL_API void crawl_gc_census(int fd);
  * objects are not traced. Returns the
  * path length (0: obj is itself a root's value), or -1: no root reaches
  * it, it was collected, or it is NULL or outside the GC heap (a line on fd
- * says which). Runs one collection (not for bad input). */
+ * says which). Runs one collection (not for bad input). Allocates (malloc
+ * for the search, a stdio stream on a dup of fd; symbolization). */
 CRAWL_API int crawl_gc_why(const void *obj, int fd);
 
 /* A precise trace for the objects of one Boehm object kind (0 is Boehm's
@@ -138,13 +154,15 @@ CRAWL_API int crawl_gc_why(const void *obj, int fd);
  * calling visit once for each field that holds a reference, instead of
  * every word of the object. trace runs with Boehm's allocation lock held:
  * it must not allocate from the collector. NULL removes it. At most 16
- * kinds. 0, -EINVAL for a bad kind, -ENOSPC when full. Thread-safe. */
+ * kinds. 0, -EINVAL for a bad kind, -ENOSPC when full. Thread-safe (a
+ * lock); allocates nothing. */
 typedef void (*crawl_gc_visit_fn)(void *const *field, void *ctx);
 typedef void (*crawl_gc_trace_fn)(const void *obj, size_t size, crawl_gc_visit_fn visit,
                                   void *ctx);
 CRAWL_API int crawl_gc_set_trace(int gc_kind, crawl_gc_trace_fn trace);
 
-/* The allocation stack recorded for obj (its start), or 0. */
+/* The allocation stack recorded for obj (its start), or 0. Takes the
+ * object table's lock; allocates nothing. */
 CRAWL_API uint32_t crawl_gc_alloc_stack(const void *obj);
 
 #ifdef __cplusplus

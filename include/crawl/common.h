@@ -23,7 +23,8 @@
 extern "C" {
 #endif
 CRAWL_API unsigned crawl_version(void);
-/* The same as "0.1.0". A static string. */
+/* The same as "0.1.0". A static string. Async-signal-safe, thread-safe,
+ * allocates nothing. */
 CRAWL_API const char *crawl_version_string(void);
 #ifdef __cplusplus
 }

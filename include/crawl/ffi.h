@@ -52,13 +52,20 @@ CRAWL_API crawl_ffi_fn *crawl_ffi_wrap(void *fn, const char *name, const char *s
                                        char *err, size_t errlen);
 CRAWL_API void crawl_ffi_free(crawl_ffi_fn *fn);
 
+/* What fn was prepared with (fn must not be NULL). Each reads one field:
+ * async-signal-safe, allocates nothing. */
 CRAWL_API const char *crawl_ffi_name(const crawl_ffi_fn *fn);
 CRAWL_API unsigned crawl_ffi_nargs(const crawl_ffi_fn *fn);
 CRAWL_API char crawl_ffi_arg_type(const crawl_ffi_fn *fn, unsigned i);   /* 0 past the end */
 CRAWL_API char crawl_ffi_ret_type(const crawl_ffi_fn *fn);
 
 /* Call fn with args[0..nargs) inside a transition Frame; the result goes
- * to *ret (may be NULL for void). */
+ * to *ret (may be NULL for void). fn must not be NULL. On an attached
+ * thread crawl's part (the Frame's push and pop) and libffi's call are
+ * async-signal-safe and allocate nothing, unless a transition hook is set
+ * (crawl_set_transition_hook: crawl-boehm's gc_stress_transitions
+ * collects); on a thread not yet attached the push attaches it (allocates;
+ * not signal-safe). What the callee does is its own. */
 CRAWL_API void crawl_ffi_call(const crawl_ffi_fn *fn, crawl_ffi_value *ret,
                               const crawl_ffi_value *args);
 
@@ -73,6 +80,9 @@ typedef void (*crawl_ffi_handler)(const crawl_ffi_closure *c, crawl_ffi_value *r
 CRAWL_API crawl_ffi_closure *crawl_ffi_closure_new(const char *signature,
                                                    crawl_ffi_handler handler, void *user,
                                                    const void *target, char *err, size_t errlen);
+/* crawl_ffi_closure_code, _nargs, _arg_type, _ret_type: what c was made
+ * with (c must not be NULL). Each reads one field: async-signal-safe,
+ * allocates nothing. */
 CRAWL_API void *crawl_ffi_closure_code(const crawl_ffi_closure *c);
 CRAWL_API unsigned crawl_ffi_closure_nargs(const crawl_ffi_closure *c);
 CRAWL_API char crawl_ffi_closure_arg_type(const crawl_ffi_closure *c, unsigned i);
@@ -80,7 +90,8 @@ CRAWL_API char crawl_ffi_closure_ret_type(const crawl_ffi_closure *c);
 CRAWL_API void crawl_ffi_closure_free(crawl_ffi_closure *c);
 /* Change what c's entry Frame reports as its method (a closure reused for
  * another VM function). Not safe against a call of c running meanwhile in
- * another thread; no allocation. */
+ * another thread; no allocation. One store: async-signal-safe. c must not
+ * be NULL. */
 CRAWL_API void crawl_ffi_closure_set_target(crawl_ffi_closure *c, const void *target);
 
 /* The Frame types crawl-ffi pushes (to recognise them in walks). */

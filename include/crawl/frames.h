@@ -110,7 +110,8 @@ CRAWL_API int crawl_thread_attach(void);
  * exits (crawl_frame_unwind_to in a pthread_cleanup_push handler). */
 CRAWL_API void crawl_thread_detach(void);
 
-/* 1 if the calling thread is attached, else 0. Async-signal-safe. */
+/* 1 if the calling thread is attached, else 0. Async-signal-safe (one
+ * thread-local load). */
 CRAWL_API int crawl_thread_is_attached(void);
 
 /* The calling thread's number: 0, 1, 2... in the order threads first
@@ -137,7 +138,8 @@ CRAWL_API void crawl_frame_pop(crawl_frame *f);
  * the Frame's description (its describe hook, else its type's name); for an
  * interpreter segment, index i >= 1, its i-th activation, newest first
  * (vm_next, vm_describe), or NULL past the last. One static buffer: not
- * thread-safe, not for programs. */
+ * thread-safe, not for programs; not async-signal-safe (a call in a handler
+ * rewrites the buffer the interrupted call fills). */
 CRAWL_API const char *crawl_debug_frame_text(const crawl_frame *f, unsigned index);
 
 /* Pop every Frame newer than keep (keep stays on top; NULL empties the
@@ -150,7 +152,8 @@ CRAWL_API void crawl_frame_unwind_to(crawl_frame *keep);
 /* The newest Frame of the calling thread, or NULL. */
 CRAWL_API crawl_frame *crawl_frame_top(void);
 
-/* Number of Frames on the calling thread's chain. */
+/* Number of Frames on the calling thread's chain. Async-signal-safe (one
+ * thread-local load). */
 CRAWL_API unsigned crawl_frame_count(void);
 
 /* ---- built-in Frame types ---------------------------------------------- */
@@ -176,12 +179,13 @@ CRAWL_API void crawl_transition_push(crawl_transition *t, const crawl_frame_type
  * the new Frame linked (the GC stress of crawl-boehm's
  * gc_stress_transitions: a collection at every VM -> native call). fn runs
  * wherever the push does; a push from a signal handler calls it there.
- * NULL removes it. Costs one load per push while unset. Thread-safe. */
+ * NULL removes it. Costs one load per push while unset. Thread-safe; one
+ * atomic store, allocates nothing. */
 CRAWL_API void crawl_set_transition_hook(void (*fn)(crawl_frame *f));
 
 /* Capture the caller's registers: ip is the return address into the
- * caller, sp the caller's stack pointer after the call returns.
- * Async-signal-safe; allocates nothing. */
+ * caller, sp the caller's stack pointer after the call returns. out must
+ * not be NULL. Async-signal-safe; allocates nothing. */
 CRAWL_API void crawl_capture_regs(crawl_regs *out);
 
 /* Entry (native -> VM): push it where native code calls into the VM (a

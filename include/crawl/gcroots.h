@@ -32,7 +32,10 @@ enum {
  * valid only during the call). */
 typedef void (*crawl_root_fn)(void **slot, unsigned root_flags, const crawl_cf *cf, void *ctx);
 
-/* Called by enum_roots hooks, once per slot. */
+/* Called by enum_roots hooks, once per slot, with the sink the hook was
+ * given (must not be NULL; valid only during that call): it runs the
+ * enumeration's callback there, on the enumerating thread, so it is as
+ * thread-safe as that callback. */
 CRAWL_API void crawl_roots_report(crawl_roots *sink, void **slot, unsigned root_flags);
 
 /* Report the roots of the calling thread's Frames, newest Frame first.
@@ -62,7 +65,9 @@ typedef struct crawl_gcprotect {
 CRAWL_API extern const crawl_frame_type crawl_gcprotect_type;
 
 /* Push gp, reporting *slots[0..n) as roots until the matching pop. slots
- * must outlive the protection (it is not copied). */
+ * must outlive the protection (it is not copied); gp must not be NULL.
+ * Thread-safe: each acts on the calling thread's own chain (gp lives on its
+ * stack, and the thread that pushed it pops it). */
 CRAWL_API void crawl_gcprotect_push(crawl_gcprotect *gp, void **slots[], unsigned n);
 CRAWL_API void crawl_gcprotect_pop(crawl_gcprotect *gp);
 

@@ -57,7 +57,9 @@ static inline int crawl_gpa_owns_inline(const void *p)
 /* 1 once in gpa_sample_rate calls on average (a per-thread countdown: a
  * decrement and a branch when it says no), every call with rate 1, never
  * with rate 0. A countdown that is not running (a new thread) is started,
- * never taken for "sample now". */
+ * never taken for "sample now". Allocates nothing, unless its slow path
+ * makes the process's first read of the options (which may allocate;
+ * that allocation is not sampled). */
 CRAWL_API int crawl_gpa_should_sample(void);
 
 /* A pool allocation of size bytes aligned to alignment (0: 16), or NULL:
@@ -80,7 +82,9 @@ CRAWL_API void *crawl__gpa_allocate_from(size_t size, size_t alignment, const cr
 
 /* Free a pool allocation (check crawl_gpa_owns first). A double free or a
  * pointer that is not an allocation's start is reported, and stops the
- * process unless gpa_recoverable=1. */
+ * process unless gpa_recoverable=1. Allocates: the free stack's capture
+ * compiles the CFI of modules it passes (once each; libdw) and attaches a
+ * thread not yet attached, and a report symbolizes. */
 CRAWL_API void crawl_gpa_deallocate(void *p);
 /* The same, the free stack (and a bad free's report) starting at the
  * caller of the frame whose registers are *from. Not API. */

@@ -124,8 +124,10 @@ static inline int crawl__hp_filter_has(const void *p)
 static inline int crawl_heap_profile_active(void) { return crawl__hp.on == 1; }
 
 /* Start recording with the current options (they are read here, and again
- * at each option change). Idempotent. 0, or -ENOMEM. Thread-safe; not
- * async-signal-safe (maps the live table). */
+ * at each option change). Idempotent. 0. Thread-safe; not
+ * async-signal-safe (reads the options: the process's first read
+ * allocates); allocates nothing else (the live table starts in static
+ * memory and grows by mmap as it records). */
 CRAWL_API int crawl_heap_profile_start(void);
 /* What libcrawl-preload.so calls when it loads: start recording when the
  * options say heap_profile=1 or leak_check=1, and at exit write
@@ -133,10 +135,13 @@ CRAWL_API int crawl_heap_profile_start(void);
  * exits with leak_check_exitcode, 23 by default, as LeakSanitizer's), and
  * with heap_profile_signal start the helper thread and its handler. 1 if
  * recording started, 0 if the options did not ask, or a negative errno.
- * Thread-safe; not async-signal-safe. */
+ * Thread-safe; not async-signal-safe. Allocates: registering the exit
+ * handler (atexit) may, and starting heap_profile_signal's helper thread
+ * does (pthread_create). */
 CRAWL_API int crawl_heap_profile_from_options(void);
 /* Stop recording; what was recorded stays (outputs still work), frees of
- * recorded chunks are still taken out. Thread-safe, async-signal-safe. */
+ * recorded chunks are still taken out. Thread-safe, async-signal-safe,
+ * allocates nothing (atomic stores). */
 CRAWL_API void crawl_heap_profile_stop(void);
 
 /* An allocator's hooks. crawl_heap_profile_alloc records p (size bytes;
@@ -183,7 +188,9 @@ CRAWL_API void crawl_heap_profile_mmap(const void *addr, size_t len, uintptr_t c
 CRAWL_API void crawl_heap_profile_munmap(const void *addr, size_t len);
 CRAWL_API void crawl_heap_profile_mremap(const void *old, size_t old_len, const void *addr,
                                          size_t len, int flags);
-/* Bytes and regions recorded now (either pointer may be NULL). Thread-safe. */
+/* Bytes and regions recorded now (either pointer may be NULL). Thread-safe
+ * (the regions' lock); not async-signal-safe (that lock); allocates
+ * nothing. */
 CRAWL_API void crawl_heap_profile_mapped(size_t *bytes, size_t *regions);
 
 /* An allocator's hooks, the inline forms: call after every allocation and
@@ -234,17 +241,21 @@ static inline __attribute__((always_inline)) void crawl_heap_profile_on_free(con
  * pages are made writable for the store and read-only again. 0, -EINVAL
  * (NULL include, a bad regex), -EBUSY (installed already). Thread-safe (a
  * call racing with the store sees the old or the new entry); not
- * async-signal-safe. Limits: a dlopen made through the hook resolves a
- * relative name with libcrawl's search path, not its caller's. */
+ * async-signal-safe. Allocates (the regexes, libelf reading the modules'
+ * files, the list of entries written: malloc). Limits: a dlopen made
+ * through the hook resolves a relative name with libcrawl's search path,
+ * not its caller's. */
 CRAWL_API int crawl_heap_hooks_install(const char *include, const char *ignore);
 /* Put back every GOT entry written, exactly its old value. Entries of
  * modules unloaded meanwhile are skipped, and so is any entry that no
  * longer holds crawl's hook (another module loaded at that address since:
  * its memory is left alone). A hooked module unloaded and loaded again is
- * hooked again at the next scan (install, a hooked dlopen). Thread-safe. */
+ * hooked again at the next scan (install, a hooked dlopen). Thread-safe;
+ * not async-signal-safe (a lock, dl_iterate_phdr); allocates nothing. */
 CRAWL_API void crawl_heap_hooks_uninstall(void);
 /* How many GOT entries point at crawl's hooks now (those of modules
- * unloaded since are forgotten). Thread-safe. */
+ * unloaded since are forgotten). Thread-safe; not async-signal-safe (a
+ * lock, dl_iterate_phdr); allocates nothing. */
 CRAWL_API size_t crawl_heap_hooks_count(void);
 
 typedef struct crawl_heap_totals {
@@ -252,7 +263,9 @@ typedef struct crawl_heap_totals {
     size_t stacks;                      /* distinct stacks among them */
     unsigned long dropped;              /* allocations not recorded (no memory for the table) */
 } crawl_heap_totals;
-/* The totals now. Thread-safe; takes each shard's lock in turn. */
+/* The totals now; out must not be NULL. Thread-safe; takes each shard's
+ * lock in turn, so not async-signal-safe. Allocates: a copy of the table
+ * (mmap) that glibc's qsort sorts (it may malloc; not recorded). */
 CRAWL_API void crawl_heap_profile_totals(crawl_heap_totals *out);
 
 typedef enum crawl_heap_format {
@@ -273,9 +286,13 @@ CRAWL_API int crawl_heap_profile_write_fd(int fd, crawl_heap_format format);
  * PID.TID), then renamed over it: readers and other writers of the same
  * path never see it half written; a symbolic link stays (its target is
  * replaced); a device or FIFO, or a path in a directory where no file can
- * be made, is written in place. 0 or a negative errno value. */
+ * be made, is written in place. 0 or a negative errno value. Not
+ * async-signal-safe, thread-safe and allocating as
+ * crawl_heap_profile_write_fd (for a regular file each call writes its own
+ * temporary file, and the last rename wins). */
 CRAWL_API int crawl_heap_profile_write(const char *path);
-/* The format heap_profile_path would choose for path. */
+/* The format heap_profile_path would choose for path. String compares
+ * only: async-signal-safe, thread-safe, allocates nothing. */
 CRAWL_API crawl_heap_format crawl_heap_format_for(const char *path);
 
 /* LeakSanitizer's check, now: the stacks (from their stack pointer up; for

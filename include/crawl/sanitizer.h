@@ -43,6 +43,9 @@ typedef struct crawl_depot_stats {
     unsigned long drops;                /* puts refused by the budget */
     unsigned long budget;               /* bytes */
 } crawl_depot_stats;
+/* The depot's counts now; out must not be NULL. One atomic load each (not
+ * a snapshot of the four together): async-signal-safe, thread-safe,
+ * allocates nothing. */
 CRAWL_API void crawl_depot_get_stats(crawl_depot_stats *out);
 
 /* Capture the calling thread's mixed stack (from the caller, at most
@@ -56,20 +59,23 @@ CRAWL_API void crawl_depot_get_stats(crawl_depot_stats *out);
  * itself grows by mmap) and is async-signal-safe; without it, a capture
  * that misses a rule of a module reads it (allocates): the rule of that pc
  * alone for the first 256 such pcs of the module, then the module's whole
- * CFI compiled at once. */
+ * CFI compiled at once. Thread-safe: captures run on any number of threads
+ * at once (the depot is lock-free; reading a rule takes crawl's libdw
+ * lock). */
 CRAWL_API uint32_t crawl_depot_capture(unsigned max_frames, unsigned flags);
 
 /* The same from registers crawl_capture_regs filled in a function F: the
  * trace starts at F's caller. For allocators whose stacks should start at
  * their entry point whatever helper does the capture. 0 for NULL regs
  * or max_frames 0.
- * Same safety as crawl_depot_capture. */
+ * Same safety, thread safety and allocation as crawl_depot_capture. */
 CRAWL_API uint32_t crawl_depot_capture_from(const crawl_regs *regs, unsigned max_frames,
                                             unsigned flags);
 
 /* Print trace id, one "    #N 0xPC in function file:line" (native) or
  * "    #N in function file:line" (activation) line each, to fd. Not
- * signal-safe (symbolizes). */
+ * signal-safe (symbolizes). Thread-safe (libdw runs under crawl's lock);
+ * allocates (libdw does, symbolizing). */
 CRAWL_API void crawl_depot_print(uint32_t id, int fd);
 
 /* ---- the checked heap ---------------------------------------------------------------
@@ -79,7 +85,12 @@ CRAWL_API void crawl_depot_print(uint32_t id, int fd);
  * first k bytes, fa/fb left/right redzone, fd freed, f7 poisoned by user).
  * Errors (double free, freeing an address that was not allocated here) are
  * reported; an explicit check reports use after free and overflows. Thread-
- * safe (one lock); not async-signal-safe. */
+ * safe (allocation and free take the heap's lock; crawl_heap_check and
+ * poisoning read and write the shadow without it); not async-signal-safe.
+ * Allocation: chunks come from the
+ * heap's own reserved region, but its quarantine and free lists grow with
+ * malloc, a precise allocation or free stack may read CFI rules, a thread
+ * not yet attached is attached, and reports symbolize (all allocate). */
 CRAWL_API CRAWL_ATTR_MALLOC CRAWL_ATTR_ALLOC_SIZE(1) void *crawl_heap_malloc(size_t size);
 CRAWL_API CRAWL_ATTR_MALLOC CRAWL_ATTR_ALLOC_SIZE2(1, 2) void *crawl_heap_calloc(size_t n, size_t size);
 CRAWL_API CRAWL_ATTR_ALLOC_SIZE(2) void *crawl_heap_realloc(void *p, size_t size);
@@ -89,7 +100,8 @@ CRAWL_API void crawl_heap_free(void *p);
  * code that cannot be compiled with it: an interpreter checking its own
  * loads and stores). 0 when the access is fine or addr is outside the
  * checked heap; otherwise a report was emitted (and, with halt_on_error=1,
- * the process aborted) and 1 is returned. */
+ * the process aborted) and 1 is returned. Allocates nothing unless it
+ * reports (a report symbolizes: libdw allocates). */
 CRAWL_API int crawl_heap_check(const void *addr, size_t size, int is_write);
 
 /* Mark [addr, addr+size) of a live chunk unaddressable (f7) / addressable
@@ -98,11 +110,12 @@ CRAWL_API int crawl_heap_check(const void *addr, size_t size, int is_write);
  * tracks 8-byte granules: a range ending inside a granule poisons that
  * granule only if it covers all of its addressable bytes, and unpoisons at
  * least the bytes it covers. 0, or -EINVAL if the range is not inside a live
- * chunk or addr is misaligned. */
+ * chunk or addr is misaligned. They report nothing and allocate nothing. */
 CRAWL_API int crawl_heap_poison(const void *addr, size_t size);
 CRAWL_API int crawl_heap_unpoison(const void *addr, size_t size);
 
-/* 1 if p lies in the checked heap's region. Async-signal-safe. */
+/* 1 if p lies in the checked heap's region. Async-signal-safe, thread-safe
+ * (two loads, no lock), allocates nothing. */
 CRAWL_API int crawl_heap_owns(const void *p);
 /* The requested size of the live chunk starting at p, or 0 (not a chunk's
  * start, or freed: in the quarantine, or its memory given to another
@@ -114,7 +127,9 @@ CRAWL_API size_t crawl_heap_size(const void *p);
  * Options are "key=value" pairs separated by ':'. Read, in order, from a
  * weak crawl_default_options() the program may define, then from the
  * CRAWL_OPTIONS environment variable (ignored in set-uid/set-gid programs),
- * then from each crawl_sanitizer_set_options call.
+ * then from each crawl_sanitizer_set_options call. The first two are read
+ * by the first call that needs the options, or when libcrawl loads if
+ * either is set ("once the options are read" below).
  *   halt_on_error=1         abort after a report (0: return and go on)
  *   log_path=PATH           write reports to PATH.PID ("stderr", the default,
  *                           and "stdout" name those streams, as do
@@ -138,33 +153,44 @@ CRAWL_API size_t crawl_heap_size(const void *p);
  * naming it, changes nothing, and returns a negative errno value. Numbers
  * are plain decimal digits. Thread-safe: the options change as a whole
  * (heap calls on other threads see the old or the new set, never a mix);
- * each successful call keeps about 0.6 KiB for the life of the process. */
+ * each successful call keeps about 0.6 KiB for the life of the process.
+ * Not async-signal-safe (a lock, malloc, and the listeners it calls). */
 CRAWL_API int crawl_sanitizer_set_options(const char *options);
 
 /* The options in effect, as an options string (all keys but help).
- * snprintf-like. */
+ * snprintf-like. Thread-safe, no lock (it reads the set in effect, which
+ * is never changed in place); not async-signal-safe (snprintf); allocates
+ * nothing once the options are read. */
 CRAWL_API int crawl_sanitizer_get_options(char *buf, size_t len);
 
-/* Also pass each report's full text to fn (in addition to writing it). */
+/* Also pass each report's full text to fn (in addition to writing it).
+ * Thread-safe: takes the report lock (waits for a report being written);
+ * not async-signal-safe; allocates nothing. fn runs with the report lock
+ * held: it must not start a report. */
 CRAWL_API void crawl_set_report_callback(void (*fn)(const char *report, void *ctx), void *ctx);
 
-/* Reports emitted so far (with halt_on_error=0). */
+/* Reports emitted so far (with halt_on_error=0). One atomic load:
+ * async-signal-safe, thread-safe, allocates nothing. */
 CRAWL_API unsigned long crawl_sanitizer_report_count(void);
 
 /* The value of a numeric option (a size in MB as given, not in bytes):
- * 0, or -ENOENT for an unknown key or log_path. Thread-safe, no lock. */
+ * 0, or -ENOENT for an unknown key or log_path. Thread-safe, no lock.
+ * Once the options are read, async-signal-safe (a load and string
+ * compares) and allocates nothing. */
 CRAWL_API int crawl_sanitizer_get_option(const char *key, long *value);
 
 /* A number that changes with every successful crawl_sanitizer_set_options
  * (and CRAWL_OPTIONS or crawl_default_options being read): a library that
- * caches option values re-reads them when it differs. One atomic load;
- * async-signal-safe. */
+ * caches option values re-reads them when it differs. Once the options
+ * are read, one atomic load: async-signal-safe, allocates nothing (a call
+ * before that reads them first, which is not signal-safe). */
 CRAWL_API unsigned long crawl_sanitizer_options_serial(void);
 
 /* Call fn after every successful change of the options (on the thread that
  * changed them, outside crawl's locks), so a library can re-read the values
  * it caches instead of checking on its hot path. Idempotent per fn; at
- * most 8 listeners. 0, -EINVAL for NULL, -ENOSPC when full. Thread-safe. */
+ * most 8 listeners. 0, -EINVAL for NULL, -ENOSPC when full. Thread-safe
+ * and lock-free (compare-and-swap): async-signal-safe; allocates nothing. */
 CRAWL_API int crawl_sanitizer_on_options_change(void (*fn)(void));
 
 /* ---- reports of your own ------------------------------------------------------------

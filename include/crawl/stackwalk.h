@@ -158,7 +158,8 @@ CRAWL_API int crawl_walk_thread(pid_t tid, crawl_walk_fn fn, void *ctx, unsigned
 CRAWL_API int crawl_walk_thread_timeout(pid_t tid, crawl_walk_fn fn, void *ctx, unsigned flags,
                                         int timeout_ms);
 /* The signal crawl_walk_thread sends (installs its handler). 0 or a
- * negative errno value. Thread-safe. */
+ * negative errno value. Thread-safe (it waits for a walk of another thread
+ * under way); not async-signal-safe (that lock); allocates nothing. */
 CRAWL_API int crawl_set_walk_signal(int sig);
 /* A thread dump in Java's jstack shape: a header line, then per attached
  * thread, oldest first, a '"name" TN tid=TID' line (name from
@@ -173,7 +174,9 @@ CRAWL_API int crawl_print_all_threads(int fd, unsigned flags);
  * takes no signal itself) writes crawl_print_all_threads to fd. The
  * handler only writes a byte to a pipe. 0 or a negative errno value.
  * The helper thread does not survive fork: in a child the signal does
- * nothing until the child installs the dump again. */
+ * nothing until the child installs the dump again. Thread-safe (a lock);
+ * not async-signal-safe; allocates: the helper thread (pthread_create),
+ * once per signal (a later call for the same signal only changes fd). */
 CRAWL_API int crawl_install_thread_dump(int sig, int fd);
 
 /* ---- the crawl frame handed to the callback (async-signal-safe) ---------
@@ -315,23 +318,28 @@ typedef struct crawl_symbol {
  * process's own __cxa_demangle (libstdc++, loaded in every C++ program;
  * libcrawl links none): in a process without it they stay mangled, as
  * when the demangled name would not fit in buf. Symbol versions
- * ("@@GLIBC_2.34") are cut. */
+ * ("@@GLIBC_2.34") are cut. out and buf must not be NULL. Thread-safe:
+ * libdw runs under crawl's lock. */
 CRAWL_API int crawl_symbolize(uintptr_t pc, crawl_symbol *out, char *buf, size_t len);
 
 /* One printable description of a frame, without the "#N" prefix: the
  * Frame type's describe() or vm_describe() text, the JIT range name, or
  * "function file:line" / "function (module+0xoff)" for native frames.
- * snprintf-like return value. */
+ * snprintf-like return value. cf must not be NULL. Thread-safe (native
+ * frames as crawl_symbolize; Frames as their type's describe hooks). */
 CRAWL_API int crawl_cf_describe(const crawl_cf *cf, char *buf, size_t len);
 
 /* One line in the AddressSanitizer frame shape:
  *   "    #N 0xPC in function file:line"  (native, JIT)
  *   "    #N in text"                     (Frames, VM activations)
- * with no trailing newline. snprintf-like. */
+ * with no trailing newline. snprintf-like. cf must not be NULL.
+ * Thread-safe, as crawl_cf_describe. */
 CRAWL_API int crawl_cf_format(const crawl_cf *cf, char *buf, size_t len);
 
 /* Print the calling thread's stack (from the caller of this function) to
- * fd, one crawl_cf_format line per frame. Returns the walk status. */
+ * fd, one crawl_cf_format line per frame. Returns the walk status.
+ * Thread-safe (each line is written with write(2); traces printed at once
+ * to one fd may interleave line by line). */
 CRAWL_API crawl_walk_status crawl_print_trace(int fd, unsigned flags);
 /* The same from a saved context (a signal handler's). */
 CRAWL_API crawl_walk_status crawl_print_trace_context(const ucontext_t *uc, int fd, unsigned flags);
@@ -357,8 +365,8 @@ CRAWL_API crawl_walk_status crawl_print_trace_context(const ucontext_t *uc, int 
 CRAWL_API int crawl_cfi_cache_warm(void);
 /* Steps served by the rule cache, rule look-ups that missed it, and steps
  * handed to libunwind (normal context only: a signal-safe walk never adds
- * to it). Any argument may be NULL. Async-signal-safe; counts of threads
- * still running are approximate while they walk. */
+ * to it). Any argument may be NULL. Async-signal-safe, allocates nothing;
+ * counts of threads still running are approximate while they walk. */
 CRAWL_API void crawl_cfi_cache_stats(unsigned long *hits, unsigned long *misses,
                                      unsigned long *fallbacks);
 
@@ -366,12 +374,15 @@ CRAWL_API void crawl_cfi_cache_stats(unsigned long *hits, unsigned long *misses,
  * it is made undeletable (RTLD_NODELETE: dlclose leaves it mapped, as
  * -z nodelete does), so signal-safe walks may use its rules from now on.
  * For plugins a profiler or crash handler should see through. 0, or
- * -ENOENT if addr is in no loaded module. Not signal-safe. */
+ * -ENOENT if addr is in no loaded module. Not signal-safe. Thread-safe
+ * (the module list's lock); allocates (the module snapshot is rebuilt:
+ * malloc). */
 CRAWL_API int crawl_module_pin(const void *addr);
 
 /* 1 if libunwind was found: precise walks can then hand it, in normal
  * context, the frames no compiled rule expresses. Precise walks work
- * without it. */
+ * without it. One load of a flag set when libcrawl loaded:
+ * async-signal-safe, thread-safe, allocates nothing. */
 CRAWL_API int crawl_walk_precise_available(void);
 
 #ifdef __cplusplus
