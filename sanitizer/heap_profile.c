@@ -707,8 +707,17 @@ int crawl_heap_profile_from_options(void)
 {
     static pthread_once_t exit_once = PTHREAD_ONCE_INIT;
     const san_options *o = san_opts();
-    if (!o->heap_profile && !o->leak_check)
+    if (!o->heap_profile && !o->leak_check) {
+        /* (the signal would then end the program, as without crawl) */
+        if (o->heap_profile_signal) {
+            char line[120];
+            int n = snprintf(line, sizeof line,
+                             "crawl: heap_profile_signal=%u does nothing without heap_profile=1\n",
+                             o->heap_profile_signal);
+            crawl__write_all(STDERR_FILENO, line, (size_t)n);
+        }
         return 0;
+    }
     int rc = crawl_heap_profile_start();
     if (rc)
         return rc;

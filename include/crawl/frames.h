@@ -127,7 +127,10 @@ CRAWL_API int crawl_thread_stack_bounds(uintptr_t *lo, uintptr_t *hi);
  * thread's chain with the given type. Stops the process with one line if
  * type is NULL, if f is not on this thread's stack (a heap Frame, another
  * thread's), not pointer-aligned, or already the top Frame. Attaches implicitly (that
- * first push is not async-signal-safe). */
+ * first push is not async-signal-safe). A Frame already on the chain below
+ * the top is not detected (the check would cost a chain walk per push):
+ * pushed again, it makes a cycle, and that thread's walks and root
+ * enumerations return failure (never loop) until it is popped. */
 CRAWL_API void crawl_frame_push(crawl_frame *f, const crawl_frame_type *type);
 
 /* Unlink f, which must be the top Frame; otherwise (NULL, an empty chain,

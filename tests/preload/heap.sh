@@ -223,6 +223,11 @@ CRAWL_OPTIONS=heap_profile=1:heap_profile_path=$work/no/dir.json LD_PRELOAD=$lib
 grep -qx "crawl: cannot write the heap profile to '$work/no/dir.json': No such file or directory" \
     "$work/err" && ok || { bad "no word of an unwritable heap_profile_path"; cat "$work/err"; }
 
+# heap_profile_signal alone records nothing: said once, not silently
+CRAWL_OPTIONS=heap_profile_signal=10 LD_PRELOAD=$lib /bin/true 2>"$work/err"
+[ "$(cat "$work/err")" = "crawl: heap_profile_signal=10 does nothing without heap_profile=1" ] &&
+    ok || { bad "heap_profile_signal without heap_profile=1"; cat "$work/err"; }
+
 # ---- crawlvm --heap-profile: script frames in the stacks --------------------------------
 "$crawlvm" --heap-profile "$work/vm.folded" "$examples/heap.crawl" >/dev/null 2>"$work/err"
 rc=$?
