@@ -61,6 +61,8 @@ static atomic_size_t boot_used;
  * samples are, so that they need no filter test (crawl__free_kind). */
 static void *boot_alloc(size_t n)
 {
+    if (n > sizeof boot)
+        return NULL;                     /* (rounded up, it would wrap) */
     size_t want = (n + CRAWL__HP_ALIGN - 1) & ~(size_t)(CRAWL__HP_ALIGN - 1);
     size_t at = atomic_fetch_add(&boot_used, want);
     if (at + want > sizeof boot)
@@ -184,10 +186,59 @@ static inline __attribute__((always_inline)) void *recorded(void *p, size_t n, c
     return p;
 }
 
-/* An aligned sample's memory (free tells it by its address), or NULL */
+/* Samples free can tell by their address (crawl__hp_addr_tellable): a
+ * chunk glibc maps whole already is one (16 bytes past a page's start), so
+ * a large sample is glibc's own calloc (fresh pages, not cleared again) or
+ * realloc (mremap, not copied); a smaller one is made 4 KiB-aligned with
+ * memalign. When memalign fails, the chunk glibc gave stays (free then
+ * tests the filter) and errno is as it was. */
+#define MAPPED_FROM (128 * 1024)        /* glibc's least mmap threshold */
+
 static void *aligned_sample(size_t n, size_t alignment)
 {
-    return real_memalign(alignment > CRAWL__HP_ALIGN ? alignment : CRAWL__HP_ALIGN, n);
+    int e = errno;
+    void *p = real_memalign(alignment > CRAWL__HP_ALIGN ? alignment : CRAWL__HP_ALIGN, n);
+    if (!p)
+        errno = e;
+    return p;
+}
+
+static void *sample_malloc(size_t n)
+{
+    if (n >= MAPPED_FROM) {
+        void *p = real_malloc(n);
+        if (!p || crawl__hp_addr_tellable((uintptr_t)p))
+            return p;
+        real_free(p);                    /* (the threshold has grown past n) */
+    }
+    void *q = aligned_sample(n, 0);
+    return q ? q : real_malloc(n);
+}
+
+static void *sample_calloc(size_t n, size_t size, size_t total)
+{
+    if (total >= MAPPED_FROM) {
+        void *p = real_calloc(n, size);
+        if (!p || crawl__hp_addr_tellable((uintptr_t)p))
+            return p;
+        real_free(p);
+    }
+    void *q = aligned_sample(total, 0);
+    return q ? memset(q, 0, total) : real_calloc(n, size);
+}
+
+/* p: glibc's, taken out of the profile already; n > 0 */
+static void *sample_realloc(void *p, size_t n)
+{
+    void *q = real_realloc(p, n);
+    if (!q || crawl__hp_addr_tellable((uintptr_t)q))
+        return q;
+    void *a = aligned_sample(n, 0);
+    if (!a)
+        return q;
+    memcpy(a, q, n);
+    real_free(q);
+    return a;
 }
 
 static inline __attribute__((always_inline)) void forget(void *p) { crawl_heap_profile_on_free(p); }
@@ -242,10 +293,8 @@ __attribute__((noinline)) static void *alloc_slow(size_t n, const void *caller)
     else if (crawl_gpa_should_sample_inline())
         p = crawl__gpa_allocate_from(n, 0, &here);
     int how = decide(n);
-    if (!p && how == CRAWL__HP_SAMPLE_ALIGNED)
-        p = aligned_sample(n, 0);
     if (!p)
-        p = real_malloc(n);
+        p = how == CRAWL__HP_SAMPLE_ALIGNED ? sample_malloc(n) : real_malloc(n);
     if (how)                             /* the stack starts above alloc_slow: at malloc, new... */
         crawl__hp_record_from(p, n, (uintptr_t)caller, &here, how);
     NO_TAIL(p);
@@ -290,8 +339,9 @@ __attribute__((noinline)) static void free_slow(void *p)
 /* glibc's free unless p is the pool's or the free filter has it (a chunk
  * the heap profile holds, a bootstrap block), each tested only once
  * crawl__free_kind says it can be so: the sampled heap profile's frees
- * test the filter alone, GWP-ASan's the pool alone, and a process with
- * neither goes straight to glibc. Each test branches off to free_slow, so
+ * test the pointer's low bits alone (its samples are placed where free
+ * tells them by address), GWP-ASan's the pool alone, recording every
+ * allocation the filter, and a process with none goes straight to glibc. Each test branches off to free_slow, so
  * that glibc is reached without a frame. Expanded into free and each
  * operator delete, so that a free stack starts at the entry point the
  * program called. */
@@ -299,18 +349,15 @@ static inline __attribute__((always_inline)) void release(void *p)
 {
     int kind = __atomic_load_n(&crawl__free_kind, __ATOMIC_RELAXED);
     if (__builtin_expect(kind == CRAWL__FREE_ALIGNED, 1)) {
-        if (__builtin_expect(!((uintptr_t)p & (CRAWL__HP_ALIGN - 1)), 0))
-            goto slow;
-    } else if (kind == CRAWL__FREE_FILTER) {
-        if (__builtin_expect(crawl__hp_filter_has(p), 0))
+        if (__builtin_expect(crawl__hp_addr_tellable((uintptr_t)p), 0))
             goto slow;
     } else if (kind != 0) {
-        if (__builtin_expect(crawl_gpa_owns_inline(p), 0))
+        if ((kind & CRAWL__FREE_POOL) && __builtin_expect(crawl_gpa_owns_inline(p), 0))
             goto slow;
         if (kind & CRAWL__FREE_FILTER) {
             if (__builtin_expect(crawl__hp_filter_has(p), 0))
                 goto slow;
-        } else if ((kind & CRAWL__FREE_ALIGNED) && !((uintptr_t)p & (CRAWL__HP_ALIGN - 1))) {
+        } else if ((kind & CRAWL__FREE_ALIGNED) && crawl__hp_addr_tellable((uintptr_t)p)) {
             goto slow;
         }
     }
@@ -339,10 +386,10 @@ EXPORT void *calloc(size_t n, size_t size)
     }
     int how = decide(total);
     void *p = sampled(total, 0);
-    if (!p && how == CRAWL__HP_SAMPLE_ALIGNED)
-        p = aligned_sample(total, 0);
     if (p)
         memset(p, 0, total);
+    else if (how == CRAWL__HP_SAMPLE_ALIGNED)
+        p = sample_calloc(n, size, total);
     else
         p = real_calloc(n, size);
     return recorded(p, total, __builtin_return_address(0), how);
@@ -386,14 +433,7 @@ EXPORT void *realloc(void *p, size_t n)
         resolve();
     forget(p);
     int how = decide(n);
-    void *q = NULL;
-    if (how == CRAWL__HP_SAMPLE_ALIGNED && n && (q = aligned_sample(n, 0))) {
-        size_t old = real_usable(p);
-        memcpy(q, p, old < n ? old : n);
-        real_free(p);
-    }
-    if (!q)
-        q = real_realloc(p, n);
+    void *q = how == CRAWL__HP_SAMPLE_ALIGNED && n ? sample_realloc(p, n) : real_realloc(p, n);
     if (!q && n)                         /* p stays: record it again, at its own size */
         return recorded(p, real_usable(p), caller, how), NULL;
     return recorded(q, n, caller, how);

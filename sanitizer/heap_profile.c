@@ -98,20 +98,21 @@ static inline void shard_unlock(atomic_int *l)
 /* a bits word (64 slots) must lie inside one shard */
 _Static_assert(HP_SHARD_BITS <= 14 - 6, "a filter word would span shards");
 
-/* The free kind a pointer put in the filter needs (crawl__free_kind) */
-static int free_kind_of(uintptr_t ptr)
+/* A pointer put in the filter: the bit of crawl__free_kind its free needs
+ * (FREE_ALIGNED for one free can tell by its address), set before the
+ * filter's bit, also when its slot's count is stuck (a free of an
+ * unaligned pointer in a stuck slot went straight to glibc) */
+static void note_free_kind(uintptr_t ptr)
 {
-    return ptr & (CRAWL__HP_ALIGN - 1) ? CRAWL__FREE_FILTER : CRAWL__FREE_ALIGNED;
+    int kind = crawl__hp_addr_tellable(ptr) ? CRAWL__FREE_ALIGNED : CRAWL__FREE_FILTER;
+    if (!(__atomic_load_n(&crawl__free_kind, __ATOMIC_RELAXED) & kind))
+        __atomic_fetch_or(&crawl__free_kind, kind, __ATOMIC_RELAXED);
 }
 
-/* (ptr: the pointer whose count changes) */
-static void filter_set(unsigned slot, unsigned char count, uintptr_t ptr)
+static void filter_set(unsigned slot, unsigned char count)
 {
     uint64_t *w = &crawl__hp.bits[slot / 64], m = (uint64_t)1 << (slot % 64);
     uint64_t was = __atomic_load_n(w, __ATOMIC_RELAXED);
-    int kind = free_kind_of(ptr);
-    if (count && !(__atomic_load_n(&crawl__free_kind, __ATOMIC_RELAXED) & kind))
-        __atomic_fetch_or(&crawl__free_kind, kind, __ATOMIC_RELAXED);   /* before the bit */
     __atomic_store_n(&crawl__hp.counts[slot], count, __ATOMIC_RELAXED);
     if (!!(was & m) != (count != 0))
         __atomic_store_n(w, was ^ m, __ATOMIC_RELAXED);
@@ -121,9 +122,11 @@ static void filter_add(uintptr_t ptr, int delta)   /* under ptr's shard lock */
 {
     unsigned slot = crawl__hp_filter_slot((const void *)ptr);
     unsigned char v = __atomic_load_n(&crawl__hp.counts[slot], __ATOMIC_RELAXED);
+    if (delta > 0)
+        note_free_kind(ptr);
     if (v == 255 || (v == 0 && delta < 0))
         return;
-    filter_set(slot, (unsigned char)(v + delta), ptr);
+    filter_set(slot, (unsigned char)(v + delta));
 }
 
 void crawl__hp_filter_stick(const void *p)
@@ -131,7 +134,8 @@ void crawl__hp_filter_stick(const void *p)
     unsigned slot = crawl__hp_filter_slot(p);
     shard *s = &shards[SLOT_SHARD(slot)];
     shard_lock(&s->lock);
-    filter_set(slot, 255, (uintptr_t)p);
+    note_free_kind((uintptr_t)p);
+    filter_set(slot, 255);
     shard_unlock(&s->lock);
 }
 

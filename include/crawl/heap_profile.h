@@ -72,16 +72,19 @@ enum { CRAWL__HOOK_GPA, CRAWL__HOOK_PLAIN, CRAWL__HOOK_SAMPLED, CRAWL__HOOK_BOTH
 CRAWL_API extern int crawl__hook_kind;
 /* What libcrawl-preload.so's free must test before it calls glibc's, in
  * one load: FREE_POOL once the guarded pool is made (an address in it goes
- * back to the pool), FREE_FILTER once a pointer not CRAWL__HP_ALIGN-aligned
- * was first put in the free filter (recorded, or stuck there), FREE_ALIGNED
- * once an aligned one was: while only aligned pointers were ever put there
- * (the preload's samples, made aligned), a free tests its pointer's low
- * bits, no filter. 0: none, glibc's free at once. Bits are only ever set,
- * each before what needs it is published (the pool's bounds, the filter's
+ * back to the pool), FREE_FILTER once a pointer free cannot tell by its
+ * address was first put in the free filter (recorded, or stuck there),
+ * FREE_ALIGNED once one it can tell was: 4 KiB-aligned, or 16 bytes past
+ * a page's start, where glibc puts the memory of a chunk it maps whole
+ * (crawl__hp_addr_tellable). While only such pointers were ever put there
+ * (the preload's samples, placed so), a free tests its pointer's low bits,
+ * no filter. 0: none, glibc's free at once. Bits are only ever set, each
+ * before what needs it is published (the pool's bounds, the filter's
  * bit), so a free of a pointer handed over from the thread that got it
  * sees them. Not API. */
 enum { CRAWL__FREE_POOL = 1, CRAWL__FREE_FILTER = 2, CRAWL__FREE_ALIGNED = 4 };
 #define CRAWL__HP_ALIGN 4096
+static inline int crawl__hp_addr_tellable(uintptr_t p) { return (p & 0xfef) == 0; }
 CRAWL_API extern int crawl__free_kind;
 /* Non-zero while the thread is inside pthread_getattr_np (counted by
  * libcrawl-preload.so's wrapper). glibc holds the thread's lock there and
