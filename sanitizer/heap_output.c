@@ -626,17 +626,24 @@ crawl_heap_format crawl_heap_format_for(const char *path)
     return CRAWL_HEAP_TEXT;
 }
 
-/* Into path in place (a device, a FIFO, or where no file can be made
- * beside it). */
-static int write_in_place(const char *path, int (*to_fd)(int fd, crawl_heap_format format))
+/* Into path as open(2) with flags gives it */
+static int write_opened(const char *path, int (*to_fd)(int fd, crawl_heap_format format),
+                        int flags)
 {
-    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    int fd = open(path, flags | O_CLOEXEC, 0644);
     if (fd < 0)
         return -errno;
     int rc = to_fd(fd, crawl_heap_format_for(path));
     if (close(fd) != 0 && !rc)
         rc = -errno;
     return rc;
+}
+
+/* Into path in place (a device, a FIFO, or where no file can be made
+ * beside it). */
+static int write_in_place(const char *path, int (*to_fd)(int fd, crawl_heap_format format))
+{
+    return write_opened(path, to_fd, O_WRONLY | O_CREAT | O_TRUNC);
 }
 
 /* A regular file is written whole beside it, then renamed over it: a
@@ -650,6 +657,19 @@ int ho_write_path(const char *path, int (*to_fd)(int fd, crawl_heap_format forma
 {
     if (!path || !*path)
         return -EINVAL;
+    /* stdout or stderr by any name: the descriptor itself, while the
+     * program has it (through the link, the file behind it was renamed
+     * over: the program's own output, or a module file libdw had opened
+     * on a closed descriptor) */
+    int std = san_names_standard(path);
+    if (std) {
+        int fd = san_standard_fd(std);
+        return fd < 0 ? -EBADF : to_fd(fd, crawl_heap_format_for(path));
+    }
+    /* another descriptor's link (/dev/fd/N, /proc/.../fd/N): written as
+     * opened, never renamed over or cut short */
+    if (strncmp(path, "/proc/", 6) == 0 || strncmp(path, "/dev/fd/", 8) == 0)
+        return write_opened(path, to_fd, O_WRONLY | O_APPEND);
     struct stat st;
     if (stat(path, &st) == 0 && !S_ISREG(st.st_mode))
         return write_in_place(path, to_fd);

@@ -76,6 +76,11 @@ unsigned san_thread_id(void);
 int san_log_open(int *opened);
 /* Keep a copy of stderr now, used when the program has closed its own. */
 void san_keep_stderr(void);
+/* 1 or 2 when path names stdout or stderr ("stdout", /dev/stderr,
+ * /dev/fd/2, /proc/self/fd/1, /proc/PID/fd/2...), else 0. */
+int san_names_standard(const char *path);
+/* fd (1 or 2) while the program still has it open for writing, else -1. */
+int san_standard_fd(int fd);
 
 /* fork(): each file's locks, taken before fork and released after it in
  * both processes. options.c registers them once, in one order: options,

@@ -182,22 +182,40 @@ static int gone(int fd)
  * kept (a report on stdout goes to stderr rather than nowhere) */
 static int standard(int fd) { return gone(fd) && kept_stderr >= 0 ? kept_stderr : fd; }
 
-/* 1 or 2 when log_path names stdout or stderr, through /dev or /proc too:
+/* 1 or 2 when path names stdout or stderr, through /dev or /proc too:
  * opened by name, those follow descriptor 1 or 2 to whatever file holds it
  * now (with stderr closed at exit, a module file crawl opened to
- * symbolize: the report was lost, and as root could be appended to it) */
-static int names_standard(const char *path)
+ * symbolize: the report was lost, and as root could be appended to it).
+ * Repeated slashes and leading zeros are read as the kernel reads them. */
+int san_names_standard(const char *path)
 {
-    static const char *const names[][4] = {
-        {"stdout", "/dev/stdout", "/dev/fd/1", "/proc/self/fd/1"},
-        {"stderr", "/dev/stderr", "/dev/fd/2", "/proc/self/fd/2"},
-    };
-    for (int fd = 0; fd < 2; fd++)
-        for (int i = 0; i < 4; i++)
-            if (strcmp(path, names[fd][i]) == 0)
-                return fd + 1;
-    return 0;
+    char norm[128];
+    size_t n = 0;
+    for (const char *c = path; *c && n < sizeof norm - 1; c++)
+        if (!(*c == '/' && n && norm[n - 1] == '/'))
+            norm[n++] = *c;
+    norm[n] = '\0';
+    if (strcmp(norm, "stdout") == 0 || strcmp(norm, "/dev/stdout") == 0)
+        return 1;
+    if (strcmp(norm, "stderr") == 0 || strcmp(norm, "/dev/stderr") == 0)
+        return 2;
+    char self[32];
+    snprintf(self, sizeof self, "/proc/%d/fd/", (int)getpid());
+    static const char *const dirs[] = {"/dev/fd/", "/proc/self/fd/", "/proc/thread-self/fd/"};
+    const char *num = NULL;
+    for (size_t i = 0; i < sizeof dirs / sizeof dirs[0] && !num; i++)
+        if (strncmp(norm, dirs[i], strlen(dirs[i])) == 0)
+            num = norm + strlen(dirs[i]);
+    if (!num && strncmp(norm, self, strlen(self)) == 0)
+        num = norm + strlen(self);
+    if (!num)
+        return 0;
+    while (*num == '0' && num[1])
+        num++;
+    return strcmp(num, "1") == 0 ? 1 : strcmp(num, "2") == 0 ? 2 : 0;
 }
+
+int san_standard_fd(int fd) { return gone(fd) ? -1 : fd; }
 
 int san_log_open(int *opened)
 {
@@ -205,7 +223,7 @@ int san_log_open(int *opened)
     *opened = 0;
     if (!o->log_path[0])
         return standard(STDERR_FILENO);
-    int fd = names_standard(o->log_path);
+    int fd = san_names_standard(o->log_path);
     if (fd)
         return standard(fd);
     /* A device or a pipe (/dev/null, a FIFO a tool reads), and anything

@@ -218,6 +218,19 @@ CRAWL_OPTIONS=heap_profile=1:heap_profile_path=$work/stdout_link LD_PRELOAD=$lib
 [ -L "$work/stdout_link" ] && grep -qx hi "$work/out" &&
     grep -q "crawl: cannot write the heap profile to '$work/stdout_link': " "$work/err" && ok ||
     { bad "heap_profile_path=a link to a closed stdout"; ls -l "$work"; cat "$work/err"; }
+# /dev/stdout is the descriptor itself: the profile follows the program's
+# own output in the file stdout goes to (through the link, that file was
+# renamed over and the output lost), and once the program closed it the
+# profile is not written (the link led to whatever file took descriptor 1)
+CRAWL_OPTIONS=heap_profile=1:heap_profile_path=/dev/stdout LD_PRELOAD=$lib "$leaky" \
+    >"$work/both.txt" 2>"$work/err"
+grep -qx hello "$work/both.txt" && grep -q 'bytes live in' "$work/both.txt" && ok ||
+    { bad "heap_profile_path=/dev/stdout into a file"; cat "$work/both.txt" "$work/err"; }
+CRAWL_OPTIONS=heap_profile=1:heap_profile_path=/dev/fd//01 LD_PRELOAD=$lib /bin/echo hi \
+    >"$work/echo.txt" 2>"$work/err"
+[ "$(cat "$work/echo.txt")" = hi ] &&
+    grep -qx "crawl: cannot write the heap profile to '/dev/fd//01': Bad file descriptor" \
+        "$work/err" && ok || { bad "heap_profile_path=/dev/fd//01, stdout closed"; cat "$work/err"; }
 CRAWL_OPTIONS=heap_profile=1:heap_profile_path=$work/no/dir.json LD_PRELOAD=$lib /bin/true \
     2>"$work/err"
 grep -qx "crawl: cannot write the heap profile to '$work/no/dir.json': No such file or directory" \
