@@ -89,6 +89,10 @@ int crawl__on_stack(const crawl__thread *th, uintptr_t addr, size_t size);
 
 /* Write all of [s, s+n) to fd, stopping at the first error. Async-signal-safe. */
 void crawl__write_all(int fd, const void *s, size_t n);
+/* fd, moved to 3 or above if it took 0, 1 or 2 (a program started with
+ * them closed must find them closed, not holding crawl's pipe); -1 if it
+ * could not be moved (closed then). For descriptors crawl keeps open. */
+int crawl__fd_above_std(int fd);
 
 /* Zero 32 KiB of the dead stack below the caller (frames/scrub.c), before
  * a conservative scan whose frames will lie there. Async-signal-safe; the

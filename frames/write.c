@@ -1,5 +1,6 @@
 /* The one loop that writes a whole buffer with write(2): fatal lines,
  * reports and trace printers all end here. */
+#include <fcntl.h>
 #include <unistd.h>
 
 #include "frames/internal.h"
@@ -14,4 +15,13 @@ void crawl__write_all(int fd, const void *s, size_t n)
         p += w;
         n -= (size_t)w;
     }
+}
+
+int crawl__fd_above_std(int fd)
+{
+    if (fd < 0 || fd > 2)
+        return fd;
+    int moved = fcntl(fd, F_DUPFD_CLOEXEC, 3);
+    close(fd);
+    return moved;
 }

@@ -471,6 +471,18 @@ int sw_on_signal_run(int sig, void (*fn)(void *), void *arg)
         rc = -errno;
         goto out;
     }
+    /* (a program started with 0-2 closed took its own writes to stderr
+     * into this pipe: each byte wrote a profile) */
+    w->pipe[0] = crawl__fd_above_std(w->pipe[0]);
+    w->pipe[1] = crawl__fd_above_std(w->pipe[1]);
+    if (w->pipe[0] < 0 || w->pipe[1] < 0) {
+        rc = -EMFILE;
+        if (w->pipe[0] >= 0)
+            close(w->pipe[0]);
+        if (w->pipe[1] >= 0)
+            close(w->pipe[1]);
+        goto out;
+    }
     fcntl(w->pipe[1], F_SETFL, O_NONBLOCK);
     w->fn = fn, w->arg = arg;
     sigset_t all, old;
