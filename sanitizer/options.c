@@ -200,6 +200,8 @@ static int parse(const char *s, san_options *o, int *want_help)
     int bad_signal = 0;
     for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++)
         bad_signal |= o->heap_profile_signal == refused[i];
+    /* and crawl's own walk signal (other threads' walks, the leak check) */
+    bad_signal |= o->heap_profile_signal && (int)o->heap_profile_signal == sw_walk_signal_now();
     if (bad_signal) {
         char item[40];
         int n = snprintf(item, sizeof item, "heap_profile_signal=%u", o->heap_profile_signal);
@@ -294,6 +296,10 @@ static void init(void)
     const char *env = getauxval(AT_SECURE) ? NULL : getenv("CRAWL_OPTIONS");
     if (env)
         apply(env);
+    /* a program run with options (the preload's GWP-ASan, a report's
+     * log_path) gets its reports even if it closes stderr before them */
+    if (crawl_default_options || env)
+        san_keep_stderr();
     atomic_store_explicit(&initialized, 1, memory_order_release);
 }
 

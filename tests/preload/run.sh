@@ -63,6 +63,17 @@ for i in 1 2 3; do
         passed=$((passed + 1))
     fi
 done
+# stderr closed (and descriptor 2 taken by a read-only file) before the
+# error: the report reaches the stderr the program started with (it was
+# lost: only the heap profile kept a copy of stderr)
+CRAWL_OPTIONS=gpa_sample_rate=1:gpa_max_allocations=4096 LD_PRELOAD=$lib "$buggy" closed \
+    >/dev/null 2>"$work/err"
+rc=$?
+if [ $rc -eq 139 ] && grep -q '^Use After Free at ' "$work/err"; then
+    passed=$((passed + 1))
+else
+    echo "preload: the report with stderr closed was lost (rc $rc)"; cat "$work/err"; fail=1
+fi
 CRAWL_OPTIONS=gpa_sample_rate=1:gpa_max_allocations=4096 LD_PRELOAD=$lib "$buggy_cxx" >/dev/null 2>"$work/err"
 rc=$?
 if [ $rc -ne 139 ] ||

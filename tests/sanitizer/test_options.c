@@ -83,6 +83,8 @@ static void test_bad_strings(void **state)
         {"heap_profile_signal=8", "crawl: bad value in 'heap_profile_signal=8' in sanitizer options; none applied\n"},
         {"heap_profile_signal=32", "crawl: bad value in 'heap_profile_signal=32' in sanitizer options; none applied\n"},
         {"heap_profile_signal=33", "crawl: bad value in 'heap_profile_signal=33' in sanitizer options; none applied\n"},
+        /* crawl's own walk signal, SIGRTMIN+3 (37 in glibc) by default */
+        {"heap_profile_signal=37", "crawl: bad value in 'heap_profile_signal=37' in sanitizer options; none applied\n"},
         {"heap_profile=1:heap_profile_signal=19", "crawl: bad value in 'heap_profile_signal=19' in sanitizer options; none applied\n"},
         /* a good item before a bad one is not applied either */
         {"redzone=32:nope=1", "crawl: unknown option 'nope' in sanitizer options; none applied\n"},
