@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -318,6 +319,31 @@ static void test_traceback_long_name(void **state)
                                               "^  f{256}\\.\\.\\. at [^\n]*:1$",
                                               "^  <toplevel> at [^\n]*:3$", "^error: boom$",
                                               NULL});
+    /* a script file whose path is over 400 bytes: its end is kept */
+    char dir[] = "/tmp/crawlvm-longpath-XXXXXX", path[1024], seg[201];
+    assert_non_null(mkdtemp(dir));
+    memset(seg, 'd', 200);
+    seg[200] = '\0';
+    char sub1[512], sub2[768];
+    snprintf(sub1, sizeof sub1, "%s/%s", dir, seg);
+    snprintf(sub2, sizeof sub2, "%s/%s", sub1, seg);
+    assert_int_equal(mkdir(sub1, 0700), 0);
+    assert_int_equal(mkdir(sub2, 0700), 0);
+    snprintf(path, sizeof path, "%s/deep.crawl", sub2);
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    fputs("(define (g) (error \"far\"))\n(g)\n", f);
+    fclose(f);
+    crawlvm(&p, (const char *[]){path, NULL});
+    unlink(path);
+    rmdir(sub2);
+    rmdir(sub1);
+    rmdir(dir);
+    EXPECT_EXIT(&p, 1);
+    expect_order(p.err, (const char *const[]){"^  g at \\.\\.\\.d+/d{200}/deep\\.crawl:1$",
+                                              "^  <toplevel> at \\.\\.\\.d+/d{200}/deep\\.crawl:2$",
+                                              NULL});
+    assert_null(strstr(p.err, "crawlvm-longpath-"));   /* the start is cut */
 }
 
 /* The README's traceback limits: a run of one line is shown 4 times and
