@@ -139,6 +139,17 @@ int t_run_child(void (*fn)(void), char *buf, size_t len)
     return status;
 }
 
+void t_depot_text(uint32_t id, char *buf, size_t len)
+{
+    int p[2];
+    assert_int_equal(pipe(p), 0);
+    crawl_depot_print(id, p[1]);
+    close(p[1]);
+    ssize_t n = read(p[0], buf, len - 1);
+    close(p[0]);
+    buf[n > 0 ? n : 0] = '\0';
+}
+
 void t_fork_children(int n, int (*ok)(void), int *hung, int *failed)
 {
     *hung = *failed = 0;

@@ -86,6 +86,9 @@ void t_expect_lines(const char *text, const char *const *patterns);
 
 /* Run fn in a child process; return its wait status and its stderr in buf. */
 int t_run_child(void (*fn)(void), char *buf, size_t len);
+/* What crawl_depot_print writes for id, NUL-terminated in buf (through a
+ * pipe: up to len - 1 bytes). */
+void t_depot_text(uint32_t id, char *buf, size_t len);
 /* Fork n children in turn, each running ok() under a 5 s alarm (exit 0
  * when it returns nonzero); count the children that hung (the alarm) and
  * those that failed. For "fork while other threads hold locks" tests. */

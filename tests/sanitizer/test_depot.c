@@ -141,18 +141,6 @@ static void test_ids_stable_under_threads(void **state)
     }
 }
 
-/* What crawl_depot_print writes for id (through a pipe) */
-static void printed(uint32_t id, char *out, size_t len)
-{
-    int p[2];
-    assert_int_equal(pipe(p), 0);
-    crawl_depot_print(id, p[1]);
-    close(p[1]);
-    ssize_t k = read(p[0], out, len - 1);
-    out[k > 0 ? k : 0] = '\0';
-    close(p[0]);
-}
-
 /* ---- capture of a mixed stack --------------------------------------------------- */
 
 typedef struct script_frame {
@@ -231,7 +219,7 @@ static void test_capture_mixed_stack(void **state)
     }
     /* printed in the ASan shape, the activation through describe_method */
     char out[4096];
-    printed(captured, out, sizeof out);
+    t_depot_text(captured, out, sizeof out);
     assert_non_null(strstr(out, "    #0 0x"));
     assert_non_null(strstr(out, " in capture_here "));
     assert_non_null(strstr(out, "    #1 in handler app.script\n    #2 0x"));
@@ -246,7 +234,7 @@ static void test_print_made_up_activation(void **state)
     uint32_t id = crawl_depot_put(w, 4);
     assert_int_not_equal(id, 0);
     char out[4096];
-    printed(id, out, sizeof out);
+    t_depot_text(id, out, sizeof out);
     assert_non_null(strstr(out, "    #0 in [activation of unknown type 0x1230, method 0x5]\n"
                                 "    #1 0x401000 in "));
 }

@@ -48,17 +48,6 @@ static void keep_report(const char *text, void *ctx)
     snprintf(report, sizeof report, "%s", text);
 }
 
-/* The text crawl_depot_print writes for id. */
-static void print_trace(uint32_t id, char *buf, size_t len)
-{
-    int p[2];
-    assert_int_equal(pipe(p), 0);
-    crawl_depot_print(id, p[1]);
-    close(p[1]);
-    ssize_t n = read(p[0], buf, len - 1);
-    close(p[0]);
-    buf[n > 0 ? n : 0] = '\0';
-}
 
 NOINLINE static uint32_t run_script(const crawl_frame_type *type, char **chunk)
 {
@@ -79,7 +68,7 @@ static void test_position_in_walks_and_stored_stacks(void **state)
     char *chunk, text[4096];
     uint32_t id = run_script(&with_position, &chunk);
     assert_int_equal(seen_ip, 17);
-    print_trace(id, text, sizeof text);
+    t_depot_text(id, text, sizeof text);
     assert_non_null(strstr(text, "    #0 in make_table prog.script:17\n"));
     crawl_heap_free(chunk);
     assert_int_equal(crawl_heap_check(chunk, 1, 0), 1);
@@ -89,7 +78,7 @@ static void test_position_in_walks_and_stored_stacks(void **state)
     /* without the hook: no position, as before */
     id = run_script(&without_position, &chunk);
     assert_int_equal(seen_ip, 0);
-    print_trace(id, text, sizeof text);
+    t_depot_text(id, text, sizeof text);
     assert_non_null(strstr(text, "    #0 in make_table prog.script:?\n"));
     crawl_heap_free(chunk);
 }
