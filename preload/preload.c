@@ -164,17 +164,24 @@ static void *sampled(size_t size, size_t alignment)
  * at the entry point. forget: one going away, taken out before the memory
  * is handed back, so another thread cannot get the same address and
  * record it first. */
+/* The heap profile's byte countdown taken down for an allocation of n
+ * bytes (it counts n + 1), 1, while that leaves it above 0; else 0, the
+ * countdown left as it was for the slow path (crawl__hp_decide) to end. */
+static inline __attribute__((always_inline)) int countdown_passes(size_t n)
+{
+    long left = crawl__hp_countdown - (long)n - 1;
+    if (__builtin_expect(left <= 0, 0))
+        return 0;
+    crawl__hp_countdown = left;
+    return 1;
+}
+
 static inline __attribute__((always_inline)) int decide(size_t n)
 {
     if (__builtin_expect(crawl__hp.on != 1, 1))
         return 0;
-    if (crawl__hp.sampled) {
-        long left = crawl__hp_countdown - (long)n - 1;
-        if (left > 0) {
-            crawl__hp_countdown = left;
-            return 0;
-        }
-    }
+    if (crawl__hp.sampled && countdown_passes(n))
+        return 0;
     return crawl__hp_decide(n);
 }
 
@@ -252,23 +259,14 @@ static inline __attribute__((always_inline)) void forget(void *p) { crawl_heap_p
 static inline __attribute__((always_inline)) int plain_alloc(size_t n)
 {
     int kind = __atomic_load_n(&crawl__hook_kind, __ATOMIC_RELAXED);
-    if (__builtin_expect(kind == CRAWL__HOOK_SAMPLED, 1)) {
-        long left = crawl__hp_countdown - (long)n - 1;
-        if (__builtin_expect(left <= 0, 0))
-            return 0;
-        crawl__hp_countdown = left;
-        return 1;
-    }
+    if (__builtin_expect(kind == CRAWL__HOOK_SAMPLED, 1))
+        return countdown_passes(n);
     if (kind == CRAWL__HOOK_GPA || kind == CRAWL__HOOK_BOTH) {
         uint32_t next = crawl__gpa_next;
         if (__builtin_expect(next <= 1, 0))
             return 0;
-        if (kind == CRAWL__HOOK_BOTH) {
-            long left = crawl__hp_countdown - (long)n - 1;
-            if (__builtin_expect(left <= 0, 0))
-                return 0;
-            crawl__hp_countdown = left;
-        }
+        if (kind == CRAWL__HOOK_BOTH && !countdown_passes(n))
+            return 0;
         crawl__gpa_next = next - 1;
         return 1;
     }
@@ -341,8 +339,9 @@ __attribute__((noinline)) static void free_slow(void *p)
  * crawl__free_kind says it can be so: the sampled heap profile's frees
  * test the pointer's low bits alone (its samples are placed where free
  * tells them by address), GWP-ASan's the pool alone, recording every
- * allocation the filter, and a process with none goes straight to glibc. Each test branches off to free_slow, so
- * that glibc is reached without a frame. Expanded into free and each
+ * allocation the filter, and a process with none goes straight to glibc.
+ * Each test branches off to free_slow, so that glibc is reached without a
+ * frame. Expanded into free and each
  * operator delete, so that a free stack starts at the entry point the
  * program called. */
 static inline __attribute__((always_inline)) void release(void *p)

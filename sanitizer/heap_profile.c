@@ -413,16 +413,14 @@ void crawl__hp_record(const void *p, size_t size, uintptr_t caller, int how)
 
 void crawl_heap_profile_alloc(const void *p, size_t size, uintptr_t caller)
 {
-    if (!p || crawl__hp.on != 1 || inside || crawl__busy)
+    int how = p ? crawl__hp_decide(size) : 0;
+    if (!how)
         return;
     if (!caller)
         caller = (uintptr_t)__builtin_return_address(0);
-    int sample = crawl__hp.sampled;
-    if (sample && ((crawl__hp_countdown -= (long)size + 1) > 0 || !take_sample()))
-        return;
     crawl_regs here;
     crawl_capture_regs(&here);
-    record(p, size, caller, &here, sample);
+    record(p, size, caller, &here, how != CRAWL__HP_RECORD);
     CRAWL__NO_TAIL(size);
 }
 
