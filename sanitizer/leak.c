@@ -74,9 +74,10 @@ typedef struct scan {
     int vanishing;                      /* 1: ranges that may be unmapped under the scan */
     int in_libc;                        /* 1: scanning libc's own data (malloc's state) */
     /* the check at exit: the calling thread's stack from here up and these
-     * registers, instead of from scan_own_stack's frame (0: that) */
+     * nregs register sets, instead of from scan_own_stack's frame (0: that) */
     uintptr_t stack_from;
     const crawl_regs *regs;
+    size_t nregs;
 } scan;
 
 /* Sort the snapshot by address. Not with qsort: glibc's copies the array
@@ -800,7 +801,8 @@ static __attribute__((noinline)) void scan_own_stack(scan *s)
     if (hi > here)
         scan_range(s, here, hi, REACHABLE);
     if (s->regs)
-        scan_words_of(s, (const uintptr_t *)s->regs, sizeof *s->regs / sizeof(uintptr_t));
+        scan_words_of(s, (const uintptr_t *)s->regs,
+                      s->nregs * sizeof *s->regs / sizeof(uintptr_t));
 }
 
 static __attribute__((noinline)) void scan_roots(scan *s)
@@ -927,7 +929,7 @@ static void print_group(ho_out *o, const leak_group *g, const char *what)
     ho_write(o, "\n", 1);
 }
 
-static long check(int fd, uintptr_t stack_from, const crawl_regs *regs);
+static long check(int fd, uintptr_t stack_from, const crawl_regs *regs, size_t nregs);
 
 /* One scan at a time: each check's snapshot holds every chunk's address,
  * in memory another would scan as anonymous. Held from the snapshot to
@@ -942,13 +944,13 @@ static pthread_mutex_t check_lock = PTHREAD_MUTEX_INITIALIZER;
 /* (the check that held it ran in another of the parent's threads) */
 void san_leak_fork_child(void) { pthread_mutex_init(&check_lock, NULL); }
 
-static long check_from(int fd, uintptr_t stack_from, const crawl_regs *regs)
+static long check_from(int fd, uintptr_t stack_from, const crawl_regs *regs, size_t nregs)
 {
     /* (not cancelled half way: the lock and the tables' freeze would stay) */
     int cancel;
     pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, &cancel);
     crawl__clear_stack_below();
-    long rc = check(fd, stack_from, regs);
+    long rc = check(fd, stack_from, regs, nregs);
     crawl__clear_stack_below();   /* the check's frames: chunk addresses */
     pthread_setcancelstate(cancel, NULL);
     CRAWL__NO_TAIL(rc);
@@ -961,12 +963,67 @@ long crawl_leak_check(int fd)
      * them would be reported (every run of ls under heap_sample_bytes=64) */
     if (__atomic_load_n(&crawl__hp.sampled, __ATOMIC_RELAXED))
         return -EINVAL;
-    return check_from(fd, 0, NULL);
+    return check_from(fd, 0, NULL, 0);
+}
+
+/* The check at exit runs inside exit's own frames (__run_exit_handlers,
+ * _dl_fini, __cxa_finalize...), made after the program returned from its
+ * calls where those calls' frames were: the slots they leave unwritten
+ * hold what the program's calls left there, stale copies of chunk
+ * addresses among them, which hid leaks (test_preload_exit_stack_smear).
+ * Those frames are no one's roots but for the registers they saved, the
+ * values the caller of exit had. So the stack is scanned from the frame
+ * that called exit up, with that frame's registers as libunwind recovers
+ * them (and the ones the hook saw, as before). Without libunwind, where
+ * the loader's lock may be held for ever (crawl__loader_lock_suspect), or
+ * when exit is not on the stack (a dlclose that runs the hook), from the
+ * hook's own frame up as before. */
+typedef struct {
+    uintptr_t lo, hi;                   /* exit's code */
+    int past_exit;
+    int found;
+    crawl_regs caller;                  /* of the frame that called exit */
+} exit_caller;
+
+static crawl_action find_exit_caller(const crawl_cf *cf, void *ctx)
+{
+    exit_caller *x = ctx;
+    uintptr_t ip = crawl_cf_ip(cf);
+    uintptr_t pc = (crawl_cf_flags(cf) & CRAWL_CF_EXACT_IP) ? ip : ip - 1;
+    if (!x->past_exit) {
+        x->past_exit = pc - x->lo < x->hi - x->lo;
+        return CRAWL_CONTINUE;
+    }
+    const crawl_regs *r = crawl_cf_regs(cf);
+    if (r) {
+        x->caller = *r;
+        x->found = 1;
+    }
+    return CRAWL_ABORT;
 }
 
 long san_leak_check_at_exit(int fd, uintptr_t stack_from, const crawl_regs *regs)
 {
-    return check_from(fd, stack_from, regs);
+    crawl_regs sets[2] = {*regs};
+    size_t nsets = 1;
+    exit_caller x = {0};
+    Dl_info info;
+    const ElfW(Sym) *sym = NULL;
+    /* (dladdr1 and libunwind take the loader's lock) */
+    if (!crawl__loader_lock_suspect &&
+        dladdr1((void *)(uintptr_t)exit, &info, (void **)&sym, RTLD_DL_SYMENT) && sym &&
+        sym->st_size && info.dli_saddr) {
+        x.lo = (uintptr_t)info.dli_saddr;
+        x.hi = x.lo + sym->st_size;
+        /* (libunwind for every step: only it recovers the saved registers) */
+        crawl_walk(find_exit_caller, &x,
+                   CRAWL_WALK_NO_CFI_CACHE | CRAWL_WALK_SKIP_FRAMES | CRAWL_WALK_NO_VM);
+    }
+    if (x.found && x.caller.sp > stack_from) {
+        stack_from = x.caller.sp;
+        sets[nsets++] = x.caller;
+    }
+    return check_from(fd, stack_from, sets, nsets);
 }
 
 /* 1 if the process has a thread other than the caller (/proc/self/task). */
@@ -982,7 +1039,8 @@ static int others_running(void)
     return n > 1;
 }
 
-static __attribute__((noinline)) long check(int fd, uintptr_t stack_from, const crawl_regs *regs)
+static __attribute__((noinline)) long check(int fd, uintptr_t stack_from, const crawl_regs *regs,
+                                            size_t nregs)
 {
     int was = hp_inside_enter();
     hp_snap snap;
@@ -1005,7 +1063,7 @@ static __attribute__((noinline)) long check(int fd, uintptr_t stack_from, const 
     }
     hp_wipe_on_fork(sp, sizeof *sp);
     sp->e = snap.e, sp->n = snap.n;
-    sp->stack_from = stack_from, sp->regs = regs;
+    sp->stack_from = stack_from, sp->regs = regs, sp->nregs = nregs;
     sort_by_ptr(snap.e, snap.n);
     sp->mark = calloc(snap.n + 1, 1);
     sp->work = malloc((snap.n + 1) * sizeof *sp->work);

@@ -1,0 +1,48 @@
+/* Roots at exit. The check at exit runs from inside exit's own frames
+ * (__run_exit_handlers, _dl_fini, __cxa_finalize...), which are made
+ * where the program's calls have been and leave slots unwritten: a stale
+ * copy of a leaked chunk's address there hid the leak (a change of the
+ * preload's frame layout once made test_preload_o2_host's second leak
+ * vanish so). The frames of the caller of exit are roots all the same.
+ * usage: preload_exit_stack smear | deep
+ *   smear: leaks 33 bytes after writing copies of its address over the
+ *          stack below main; returns from main. Expected: the leak.
+ *   deep:  calls exit from a function whose frame holds a 44-byte chunk
+ *          (and a register, through a call), and leaks 22 bytes. Expected:
+ *          the 22-byte leak only. */
+#include <stdlib.h>
+#include <string.h>
+
+__attribute__((noinline)) static void smear(void *p)
+{
+    void *volatile copies[4096];
+    for (int i = 0; i < 4096; i++)
+        copies[i] = p;
+    __asm__ volatile("" : : "r"(copies) : "memory");
+}
+
+__attribute__((noipa)) static void leak(size_t n)
+{
+    char *volatile p = malloc(n);
+    memset(p, 1, n);
+    p = NULL;
+}
+
+__attribute__((noinline)) static void deep_exit(void)
+{
+    void *volatile keep = malloc(44);
+    memset(keep, 2, 44);
+    leak(22);
+    exit(0);
+}
+
+int main(int argc, char **argv)
+{
+    if (argc > 1 && strcmp(argv[1], "deep") == 0)
+        deep_exit();
+    char *volatile p = malloc(33);
+    memset(p, 3, 33);
+    smear(p);
+    p = NULL;
+    return 0;
+}
