@@ -5,7 +5,9 @@
  * Run with CRAWL_OPTIONS=heap_profile=1:heap_sample_bytes=262144:
  * gpa_sample_rate=0. Whether a chunk was recorded shows when it is freed
  * (the live count drops by one), so each chunk is checked on its own. The
- * tests run in this order: the last two record pointers free cannot tell. */
+ * tests run in this order: the last two record pointers free cannot tell.
+ * Small samples (up to 16 KiB) are made the size of their class and kept
+ * for the next sample of their class when freed (test_spares_reused). */
 #include <dlfcn.h>
 #include <malloc.h>
 #include <setjmp.h>
@@ -31,6 +33,14 @@ static size_t live_objects(void)
     crawl_heap_totals t;
     crawl_heap_profile_totals(&t);
     return t.live_objects;
+}
+
+/* p, as the compiler cannot follow it: stores before a free are not
+ * dropped, nor reads of what malloc returned taken as indeterminate */
+static void *opaque(void *p)
+{
+    __asm__ volatile("" : "+r"(p) : : "memory");
+    return p;
 }
 
 static int tellable(const void *p) { return crawl__hp_addr_tellable((uintptr_t)p); }
@@ -101,6 +111,46 @@ static void check_entry(int how, size_t n)
     assert_int_equal(crawl__free_kind, CRAWL__FREE_ALIGNED);
 }
 
+/* Samples of n bytes from one entry point, made until 16 were, the
+ * allocations that were not freed at once: each sample is tellable, holds
+ * n bytes (a small one is made the size of its class, and may be a spare
+ * chunk: calloc's is cleared, realloc's and strdup's hold their bytes),
+ * and each sample's free takes it out. */
+static void check_small(int how, size_t n)
+{
+    void *p[16];
+    size_t start = live_objects();
+    for (int k = 0; k < 16;) {
+        size_t before = live_objects();
+        void *q = make(how, n);          /* (calloc's: n / 8 * 8 bytes) */
+        size_t m = how == CALLOC ? n / 8 * 8 : n;
+        assert_non_null(q);
+        if (live_objects() == before) {
+            free(q);
+            continue;
+        }
+        assert_int_equal(live_objects(), before + 1);
+        if (!tellable(q))
+            fail_msg("sample %p of %zu bytes (entry %d) is not where free can tell it", q, n, how);
+        assert_true(malloc_usable_size(q) >= m);
+        const unsigned char *c = opaque(q);
+        if (how == CALLOC)
+            for (size_t j = 0; j < m; j++)
+                assert_int_equal(c[j], 0);
+        if (how == STRDUP)
+            assert_int_equal(strlen(q), n - 1);
+        memset(q, 0x5c, m);              /* (a spare made from it must be cleared again) */
+        p[k++] = q;
+    }
+    for (int k = 0; k < 16; k++) {
+        size_t before = live_objects();
+        free(opaque(p[k]));
+        assert_int_equal(live_objects(), before - 1);
+    }
+    assert_int_equal(live_objects(), start);
+    assert_int_equal(crawl__free_kind, CRAWL__FREE_ALIGNED);
+}
+
 static int setup(void **state)
 {
     (void)state;
@@ -116,6 +166,61 @@ static int setup(void **state)
 /* state: the entry point (a pointer to one of the enum's values) */
 static void test_heap_sized_samples(void **state) { check_entry(*(const int *)*state, SMALL); }
 static void test_mapped_samples(void **state) { check_entry(*(const int *)*state, BIG); }
+
+/* in the sizes of the first class, the third, and past the last */
+static void test_small_samples(void **state)
+{
+    int how = *(const int *)*state;
+    check_small(how, 700);
+    check_small(how, 3000);
+    check_small(how, 40000);
+}
+
+/* the next sample of 100 bytes from malloc (the others freed at once) */
+static unsigned char *small_sample(void)
+{
+    for (;;) {
+        size_t before = live_objects();
+        unsigned char *q = opaque(malloc(100));
+        if (live_objects() == before + 1)
+            return q;
+        free(q);
+    }
+}
+
+/* A small sample's chunk, freed, is kept (4 of a class) and is a next
+ * small sample as it was, not made again (memalign cost glibc 5,000
+ * instructions a sample here): the first four frees' chunks are the next
+ * four samples, in that order, their bytes untouched. (Made before the
+ * test, spares of other tests' samples are taken first. glibc itself may
+ * hand out the last chunk freed to it untouched, merged into its top: the
+ * fifth is not asked about.) */
+static void test_spares_reused(void **state)
+{
+    (void)state;
+    enum { MADE = 8, SPARES = 4 };
+    unsigned char *s[MADE];
+    uintptr_t addr[MADE];
+    for (int round = 0; round < 2; round++) {
+        for (int k = 0; k < MADE; k++)   /* the first round takes what spares there are */
+            s[k] = small_sample();
+        for (int k = 0; k < MADE; k++) {
+            memset(s[k], 0xa0 + k, 100);
+            addr[k] = (uintptr_t)s[k];
+            free(opaque(s[k]));          /* the first SPARES are kept */
+        }
+    }
+    for (int k = 0; k < SPARES; k++) {
+        s[k] = small_sample();
+        if ((uintptr_t)s[k] != addr[k])
+            fail_msg("sample %d is %p, not the chunk freed %d-th (%#lx)", k, (void *)s[k], k,
+                     (unsigned long)addr[k]);
+        for (int j = 0; j < 100; j++)
+            assert_int_equal(s[k][j], 0xa0 + k);
+    }
+    for (int k = 0; k < SPARES; k++)
+        free(s[k]);
+}
 
 /* An alignment wider than the samples' is kept */
 static void test_wide_alignment_kept(void **state)
@@ -256,6 +361,8 @@ int main(void)
     const struct CMUnitTest tests[] = {
         ENTRY_TESTS(test_heap_sized_samples),
         ENTRY_TESTS(test_mapped_samples),
+        ENTRY_TESTS(test_small_samples),
+        cmocka_unit_test(test_spares_reused),
         cmocka_unit_test(test_wide_alignment_kept),
         cmocka_unit_test(test_large_calloc_untouched),
         cmocka_unit_test(test_glibc_free_takes_a_sample),
