@@ -236,7 +236,10 @@ static void *spare_take(unsigned c)
     return NULL;
 }
 
-/* 1 if p (glibc's, being freed) is kept as a spare */
+/* 1 if p (glibc's, being freed) is kept as a spare; -1 if it is one
+ * already (a double free: it leaves the spares, and the caller frees it
+ * to glibc twice, which says so as it would have without crawl, where
+ * kept twice it would be two samples' memory) */
 static int spare_keep(void *p)
 {
     if (((uintptr_t)p & (CRAWL__HP_ALIGN - 1)) != 0)
@@ -247,6 +250,12 @@ static int spare_keep(void *p)
     unsigned c = (unsigned)(63 - __builtin_clzl(u) - SPARE_MIN_SHIFT);
     if (u - ((size_t)1 << (SPARE_MIN_SHIFT + c)) >= 64)
         return 0;
+    for (int i = 0; i < SPARES; i++) {
+        void *was = p;
+        if (atomic_compare_exchange_strong_explicit(&spares[c][i], &was, NULL,
+                                                    memory_order_relaxed, memory_order_relaxed))
+            return -1;
+    }
     for (int i = 0; i < SPARES; i++) {
         void *none = NULL;
         if (atomic_compare_exchange_strong_explicit(&spares[c][i], &none, p,
@@ -393,8 +402,11 @@ __attribute__((noinline)) static void free_slow(void *p)
         NO_TAIL(p);
         return;
     }
-    if (ready && spare_keep(p))
+    int spare = ready ? spare_keep(p) : 0;
+    if (spare > 0)
         return;
+    if (spare < 0)
+        real_free(p);                    /* (the free that made it a spare) */
     real_free(p);                        /* (a resolver until glibc's is known) */
 }
 

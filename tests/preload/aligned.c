@@ -17,7 +17,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <signal.h>
 #include <sys/mman.h>
+#include <sys/wait.h>
 #include <unistd.h>
 #include <cmocka.h>
 
@@ -222,6 +224,33 @@ static void test_spares_reused(void **state)
         free(s[k]);
 }
 
+/* A spare freed again (a double free) goes to glibc's free twice, which
+ * aborts as it would have without crawl, instead of being kept twice and
+ * handed out as two samples' memory. In a child: */
+static void test_spare_freed_twice(void **state)
+{
+    (void)state;
+    pid_t child = fork();
+    assert_true(child >= 0);
+    if (child == 0) {
+        unsigned char *held[4];
+        for (int k = 0; k < 4; k++)      /* the spares taken: a slot is free for q */
+            held[k] = small_sample();
+        unsigned char *q = small_sample();
+        free(opaque(q));
+        free(opaque(q));                 /* (glibc aborts here) */
+        unsigned char *a = small_sample(), *b = small_sample();
+        _exit(a == b ? 3 : 4);           /* 3: q handed out twice */
+        (void)held;
+    }
+    int status;
+    assert_int_equal(waitpid(child, &status, 0), child);
+    if (!WIFSIGNALED(status))
+        fail_msg("the double free did not abort: exit status %d (3: one chunk, two samples)",
+                 WEXITSTATUS(status));
+    assert_int_equal(WTERMSIG(status), SIGABRT);
+}
+
 /* An alignment wider than the samples' is kept */
 static void test_wide_alignment_kept(void **state)
 {
@@ -363,6 +392,7 @@ int main(void)
         ENTRY_TESTS(test_mapped_samples),
         ENTRY_TESTS(test_small_samples),
         cmocka_unit_test(test_spares_reused),
+        cmocka_unit_test(test_spare_freed_twice),
         cmocka_unit_test(test_wide_alignment_kept),
         cmocka_unit_test(test_large_calloc_untouched),
         cmocka_unit_test(test_glibc_free_takes_a_sample),
