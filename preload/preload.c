@@ -17,6 +17,7 @@
 #include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <stdarg.h>
@@ -206,11 +207,11 @@ static inline __attribute__((always_inline)) void *recorded(void *p, size_t n, c
  * the small bins, so it first consolidates the fast bins), most of what a
  * sample cost. So a sample of up to SPARE_MAX bytes is made the size of
  * its class (a power of 2 from 1 KiB: at most its own size again, 1 KiB at
- * least), and when a 4 KiB-aligned chunk of a class's size is freed, free
+ * least), and when a sample whose chunk is a class's size is freed, free
  * keeps it (up to SPARES a class) for the next sample of that class: one
- * atomic exchange, the chunk aligned already. Any such chunk is kept, a
- * sample's or the program's own (glibc's either way: it is handed out
- * again as it is, or stays). At most 4 x 31 KiB are held so. */
+ * atomic exchange, the chunk aligned already. Only samples are kept: a
+ * chunk the profile recorded is glibc's and live until that free. At most
+ * 4 x 31 KiB are held so, for good. */
 #define SPARE_MIN_SHIFT 10
 #define SPARE_CLASSES 5                  /* 1, 2, 4, 8, 16 KiB */
 #define SPARE_MAX ((size_t)1 << (SPARE_MIN_SHIFT + SPARE_CLASSES - 1))
@@ -236,10 +237,8 @@ static void *spare_take(unsigned c)
     return NULL;
 }
 
-/* 1 if p (glibc's, being freed) is kept as a spare; -1 if it is one
- * already (a double free: it leaves the spares, and the caller frees it
- * to glibc twice, which says so as it would have without crawl, where
- * kept twice it would be two samples' memory) */
+/* 1 if p, a sample being freed (recorded until now: glibc's and live,
+ * so its usable size is its chunk's), is kept as a spare */
 static int spare_keep(void *p)
 {
     if (((uintptr_t)p & (CRAWL__HP_ALIGN - 1)) != 0)
@@ -251,18 +250,31 @@ static int spare_keep(void *p)
     if (u - ((size_t)1 << (SPARE_MIN_SHIFT + c)) >= 64)
         return 0;
     for (int i = 0; i < SPARES; i++) {
-        void *was = p;
-        if (atomic_compare_exchange_strong_explicit(&spares[c][i], &was, NULL,
-                                                    memory_order_relaxed, memory_order_relaxed))
-            return -1;
-    }
-    for (int i = 0; i < SPARES; i++) {
         void *none = NULL;
         if (atomic_compare_exchange_strong_explicit(&spares[c][i], &none, p,
                                                     memory_order_release, memory_order_relaxed))
             return 1;
     }
     return 0;
+}
+
+/* p, not a recorded sample, is freed while it is a spare: a double free
+ * (kept, then freed again). Kept or freed to glibc, it would be two
+ * allocations' memory: said, and the process aborted, as glibc's free does
+ * for one it sees. */
+static void spare_freed_again(const void *p)
+{
+    for (unsigned c = 0; c < SPARE_CLASSES; c++)
+        for (int i = 0; i < SPARES; i++)
+            if (atomic_load_explicit(&spares[c][i], memory_order_relaxed) == p) {
+                char line[160];
+                int n = snprintf(line, sizeof line,
+                                 "crawl: free(): double free of %p (freed before, and kept "
+                                 "for the heap profile's next sample)\n", p);
+                ssize_t w = write(STDERR_FILENO, line, (size_t)n);
+                (void)w;
+                abort();
+            }
 }
 
 static void *aligned_sample(size_t n, size_t alignment)
@@ -394,7 +406,7 @@ __attribute__((noinline)) static void free_slow(void *p)
 {
     if (!p || from_boot(p))
         return;
-    forget(p);
+    int sample = crawl__hp_forget_sample(p);
     if (__builtin_expect(crawl_gpa_owns_inline(p), 0)) {
         crawl_regs here;
         crawl_capture_regs(&here);
@@ -402,11 +414,14 @@ __attribute__((noinline)) static void free_slow(void *p)
         NO_TAIL(p);
         return;
     }
-    int spare = ready ? spare_keep(p) : 0;
-    if (spare > 0)
-        return;
-    if (spare < 0)
-        real_free(p);                    /* (the free that made it a spare) */
+    /* only a sample's chunk is kept: glibc's and live until now (a chunk
+     * glibc has already, freed twice, still shows a class's size) */
+    if (ready && ((uintptr_t)p & (CRAWL__HP_ALIGN - 1)) == 0) {
+        if (sample && spare_keep(p))
+            return;
+        if (!sample)
+            spare_freed_again(p);
+    }
     real_free(p);                        /* (a resolver until glibc's is known) */
 }
 

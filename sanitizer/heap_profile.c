@@ -263,10 +263,12 @@ static void remove_at(shard *s, size_t j)
     }
 }
 
-static void erase(uintptr_t ptr)
+/* ptr's entry taken out: its flags, or -1 if it had none */
+static int erase(uintptr_t ptr)
 {
     uint64_t h = hash_ptr(ptr);
     shard *s = &shards[h >> (64 - HP_SHARD_BITS)];
+    int flags = -1;
     shard_lock(&s->lock);
     if (s->cap) {
         for (size_t j = home_of(h, s->cap);; j = (j + 1) & (s->cap - 1)) {
@@ -274,6 +276,7 @@ static void erase(uintptr_t ptr)
             if (p == 0)
                 break;
             if (p == ptr) {
+                flags = (int)s->t[j].flags;
                 filter_add(ptr, -1);
                 s->live--;
                 s->live_bytes -= s->t[j].size;
@@ -283,6 +286,7 @@ static void erase(uintptr_t ptr)
         }
     }
     shard_unlock(&s->lock);
+    return flags;
 }
 
 /* ---- sampling by bytes (tcmalloc's heap sampler) -------------------------------------- */
@@ -428,6 +432,14 @@ void crawl_heap_profile_free(const void *p)
 {
     if (p)
         erase((uintptr_t)p);             /* takes a shard lock only: safe at any depth */
+}
+
+int crawl__hp_forget_sample(const void *p)
+{
+    if (__atomic_load_n(&crawl__hp.on, __ATOMIC_RELAXED) == 0 || !p || !crawl__hp_filter_has(p))
+        return 0;
+    int flags = erase((uintptr_t)p);
+    return flags >= 0 && (flags & HP_SAMPLED);
 }
 
 int crawl_heap_profile_start(void)

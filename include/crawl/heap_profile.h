@@ -106,6 +106,9 @@ CRAWL_API int crawl__hp_decide(size_t size);
 CRAWL_API void crawl__hp_record(const void *p, size_t size, uintptr_t caller, int how);
 CRAWL_API void crawl__hp_record_from(const void *p, size_t size, uintptr_t caller,
                                      const crawl_regs *from, int how);
+/* libcrawl-preload.so's free: p taken out of the profile, as
+ * crawl_heap_profile_free; 1 if it was recorded as a sample. */
+CRAWL_API int crawl__hp_forget_sample(const void *p);
 /* Put p in the free filter for good (a count stuck at 255). */
 CRAWL_API void crawl__hp_filter_stick(const void *p);
 /* The same, the stack starting at the caller of the frame whose registers

@@ -224,8 +224,20 @@ static void test_spares_reused(void **state)
         free(s[k]);
 }
 
-/* A spare freed again (a double free) goes to glibc's free twice, which
- * aborts as it would have without crawl, instead of being kept twice and
+/* The child ends by SIGABRT (a double free seen), not by _exit (3: one
+ * chunk handed out twice) */
+static void expect_abort(pid_t child)
+{
+    int status;
+    assert_int_equal(waitpid(child, &status, 0), child);
+    if (!WIFSIGNALED(status))
+        fail_msg("the double free did not abort: exit status %d (3: one chunk live twice)",
+                 WEXITSTATUS(status));
+    assert_int_equal(WTERMSIG(status), SIGABRT);
+}
+
+/* A spare freed again (a double free) is said and the process aborted, as
+ * glibc's free does for one it sees, instead of being kept twice and
  * handed out as two samples' memory. In a child: */
 static void test_spare_freed_twice(void **state)
 {
@@ -238,17 +250,41 @@ static void test_spare_freed_twice(void **state)
             held[k] = small_sample();
         unsigned char *q = small_sample();
         free(opaque(q));
-        free(opaque(q));                 /* (glibc aborts here) */
+        free(opaque(q));                 /* (crawl aborts here) */
         unsigned char *a = small_sample(), *b = small_sample();
         _exit(a == b ? 3 : 4);           /* 3: q handed out twice */
         (void)held;
     }
-    int status;
-    assert_int_equal(waitpid(child, &status, 0), child);
-    if (!WIFSIGNALED(status))
-        fail_msg("the double free did not abort: exit status %d (3: one chunk, two samples)",
-                 WEXITSTATUS(status));
-    assert_int_equal(WTERMSIG(status), SIGABRT);
+    expect_abort(child);
+}
+
+/* A double free whose first free went to glibc (the class's spares were
+ * full): the chunk, in glibc's tcache, still shows a class's size, and was
+ * kept as a spare all the same, then handed out by glibc and as a sample
+ * at once. Only a recorded sample's chunk is kept now: glibc sees the
+ * second free and aborts. In a child: */
+static void test_double_free_through_glibc(void **state)
+{
+    (void)state;
+    pid_t child = fork();
+    assert_true(child >= 0);
+    if (child == 0) {
+        unsigned char *held[4];
+        for (int k = 0; k < 4; k++)      /* the spares taken, then 4 kept: full */
+            held[k] = small_sample();
+        for (int k = 0; k < 4; k++)
+            free(held[k]);
+        void *q = memalign(4096, 1024);
+        uintptr_t qa = (uintptr_t)q;
+        void *volatile again = q;        /* (GCC's -Wuse-after-free) */
+        free(q);                         /* to glibc (a sample or not: no slot) */
+        unsigned char *s = small_sample();   /* a slot free again */
+        free(again);                     /* (glibc aborts here) */
+        uintptr_t a = (uintptr_t)malloc(1024), b = (uintptr_t)small_sample();
+        _exit(a == qa && b == qa ? 3 : 4);   /* 3: q live twice */
+        (void)s;
+    }
+    expect_abort(child);
 }
 
 /* An alignment wider than the samples' is kept */
@@ -393,6 +429,7 @@ int main(void)
         ENTRY_TESTS(test_small_samples),
         cmocka_unit_test(test_spares_reused),
         cmocka_unit_test(test_spare_freed_twice),
+        cmocka_unit_test(test_double_free_through_glibc),
         cmocka_unit_test(test_wide_alignment_kept),
         cmocka_unit_test(test_large_calloc_untouched),
         cmocka_unit_test(test_glibc_free_takes_a_sample),
