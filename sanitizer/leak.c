@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/auxv.h>
 #include <sys/mman.h>
 #include <sys/uio.h>
 #include <time.h>
@@ -980,11 +981,16 @@ long crawl_leak_check(int fd)
  * hook's own frame up as before. */
 typedef struct {
     uintptr_t lo, hi;                   /* exit's code */
+    uintptr_t bases[3];                 /* of libc, the loader and libcrawl */
     int past_exit;
     int found;
     crawl_regs caller;                  /* of the frame that called exit */
 } exit_caller;
 
+/* Frames below exit's are skipped only while they are libc's, the
+ * loader's or libcrawl's (exit's machinery and crawl's hook): a program's
+ * own atexit handler there (one that dlclose'd libcrawl, which runs the
+ * hook) holds roots, and then the old start is kept. */
 static crawl_action find_exit_caller(const crawl_cf *cf, void *ctx)
 {
     exit_caller *x = ctx;
@@ -992,6 +998,11 @@ static crawl_action find_exit_caller(const crawl_cf *cf, void *ctx)
     uintptr_t pc = (crawl_cf_flags(cf) & CRAWL_CF_EXACT_IP) ? ip : ip - 1;
     if (!x->past_exit) {
         x->past_exit = pc - x->lo < x->hi - x->lo;
+        Dl_info d;
+        if (!dladdr((void *)pc, &d) || ((uintptr_t)d.dli_fbase != x->bases[0] &&
+                                         (uintptr_t)d.dli_fbase != x->bases[1] &&
+                                         (uintptr_t)d.dli_fbase != x->bases[2]))
+            return CRAWL_ABORT;
         return CRAWL_CONTINUE;
     }
     const crawl_regs *r = crawl_cf_regs(cf);
@@ -1015,6 +1026,11 @@ long san_leak_check_at_exit(int fd, uintptr_t stack_from, const crawl_regs *regs
         sym->st_size && info.dli_saddr) {
         x.lo = (uintptr_t)info.dli_saddr;
         x.hi = x.lo + sym->st_size;
+        x.bases[0] = (uintptr_t)info.dli_fbase;
+        x.bases[1] = (uintptr_t)getauxval(AT_BASE);
+        Dl_info self;
+        if (dladdr((void *)(uintptr_t)san_leak_check_at_exit, &self))
+            x.bases[2] = (uintptr_t)self.dli_fbase;
         /* (libunwind for every step: only it recovers the saved registers) */
         crawl_walk(find_exit_caller, &x,
                    CRAWL_WALK_NO_CFI_CACHE | CRAWL_WALK_SKIP_FRAMES | CRAWL_WALK_NO_VM);
