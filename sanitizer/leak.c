@@ -10,6 +10,7 @@
 #include <link.h>
 #include <pthread.h>
 #include <sched.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -794,13 +795,25 @@ static void scan_own_tls(scan *s, const maps *m)
 static __attribute__((noinline)) void scan_own_stack(scan *s)
 {
     crawl__thread *th = crawl__self();
-    uintptr_t hi = th->attached ? th->stack_hi : 0;
-    uintptr_t lo;
+    uintptr_t lo = th->attached ? th->stack_lo : 0, hi = th->attached ? th->stack_hi : 0;
     if (!hi && crawl__own_stack(&lo, &hi, NULL) != 0)
-        hi = 0;
+        lo = hi = 0;
     uintptr_t here = s->stack_from ? s->stack_from : (uintptr_t)__builtin_frame_address(0);
-    if (hi > here)
+    stack_t alt;
+    if (here >= lo && here < hi) {
         scan_range(s, here, hi, REACHABLE);
+    } else if (hi) {
+        /* On another stack: a signal handler's on sigaltstack (exit called
+         * there), or a fiber's. From here to the top of the alternate
+         * stack, and the thread's own stack whole, where it was left being
+         * unknown here (from here to its top spanned the address space
+         * between them: the check never ended). A fiber's stack is a
+         * chunk or an anonymous mapping, scanned as those. */
+        if (sigaltstack(NULL, &alt) == 0 && (alt.ss_flags & SS_ONSTACK) &&
+            here >= (uintptr_t)alt.ss_sp && here < (uintptr_t)alt.ss_sp + alt.ss_size)
+            scan_range(s, here, (uintptr_t)alt.ss_sp + alt.ss_size, REACHABLE);
+        scan_range(s, lo, hi, REACHABLE);
+    }
     if (s->regs)
         scan_words_of(s, (const uintptr_t *)s->regs,
                       s->nregs * sizeof *s->regs / sizeof(uintptr_t));
@@ -1013,8 +1026,31 @@ static crawl_action find_exit_caller(const crawl_cf *cf, void *ctx)
     return CRAWL_ABORT;
 }
 
+/* The check (its stack walks, libdw's symbolization) needs this much
+ * stack: exit called from a signal handler on a smaller sigaltstack
+ * faulted in libdw (a 64 KiB one made with malloc), so the check is not
+ * run there, and says so. */
+#define EXIT_CHECK_STACK_MIN (512u << 10)
+
 long san_leak_check_at_exit(int fd, uintptr_t stack_from, const crawl_regs *regs)
 {
+    stack_t alt;
+    uintptr_t sp = (uintptr_t)__builtin_frame_address(0);
+    if (sigaltstack(NULL, &alt) == 0 && (alt.ss_flags & SS_ONSTACK) &&
+        sp - (uintptr_t)alt.ss_sp < EXIT_CHECK_STACK_MIN) {
+        char line[240];
+        int n = snprintf(line, sizeof line,
+                         "crawl: the leak check at exit did not run: exit was called on a "
+                         "signal stack with %lu KiB left (sigaltstack), and it needs %u KiB\n",
+                         (unsigned long)((sp - (uintptr_t)alt.ss_sp) >> 10),
+                         EXIT_CHECK_STACK_MIN >> 10);
+        int opened;
+        int out = fd >= 0 ? fd : san_log_open(&opened);
+        crawl__write_all(out, line, (size_t)n);
+        if (fd < 0 && opened)
+            close(out);
+        return -ENOSPC;
+    }
     crawl_regs sets[2] = {*regs};
     size_t nsets = 1;
     exit_caller x = {0};
