@@ -57,9 +57,12 @@ static void *make(int how, size_t n)
     switch (how) {
     case MALLOC: return malloc(n);
     case CALLOC: return calloc(n / 8, 8);
-    case REALLOC: {
+    case REALLOC: {                      /* (its first bytes 0x3c: moved, they stay) */
         void *p = malloc(1000);
-        return p ? realloc(p, n) : NULL;
+        if (!p)
+            return NULL;
+        memset(p, 0x3c, 1000);
+        return realloc(p, n);
     }
     case MEMALIGN: return memalign(64, n);
     default:
@@ -141,6 +144,9 @@ static void check_small(int how, size_t n)
                 assert_int_equal(c[j], 0);
         if (how == STRDUP)
             assert_int_equal(strlen(q), n - 1);
+        if (how == REALLOC)
+            for (size_t j = 0; j < m && j < 1000; j++)
+                assert_int_equal(c[j], 0x3c);
         memset(q, 0x5c, m);              /* (a spare made from it must be cleared again) */
         p[k++] = q;
     }
