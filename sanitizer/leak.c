@@ -69,9 +69,10 @@ typedef struct scan {
     size_t *work, nwork;
     uintptr_t lo, hi;                   /* the chunks' span: a quick first test */
     /* crawl's own tables of chunk addresses (SKIP_TABLES), then the
-     * snapshot, this struct (lo and hi are chunk addresses) and the pool's
-     * slots */
-    uintptr_t skip[SKIP_TABLES + 3][2];
+     * snapshot, this struct (lo and hi are chunk addresses), the pool's
+     * slots, and the dead part of an alternate signal stack the check at
+     * exit runs on */
+    uintptr_t skip[SKIP_TABLES + 4][2];
     size_t nskip;
     int vanishing;                      /* 1: ranges that may be unmapped under the scan */
     int in_libc;                        /* 1: scanning libc's own data (malloc's state) */
@@ -1145,6 +1146,18 @@ static __attribute__((noinline)) long check(int fd, uintptr_t stack_from, const 
     san_gpa_meta(&sp->skip[sp->nskip][0], &sp->skip[sp->nskip][1]);
     if (sp->skip[sp->nskip][0])
         sp->nskip++;                     /* the guarded pool's slot table: every live slot's address */
+    /* exit called on an alternate signal stack: below the frame that
+     * called it, that stack is dead (the handler's returned calls, exit's
+     * frames, this check's), but it is a chunk or a mapping the check
+     * scans, and a stale copy of a leaked chunk's address there hid the
+     * leak (test_preload_exit_altstack, one run in three) */
+    stack_t alt;
+    if (stack_from && sigaltstack(NULL, &alt) == 0 && (alt.ss_flags & SS_ONSTACK) &&
+        stack_from > (uintptr_t)alt.ss_sp && stack_from <= (uintptr_t)alt.ss_sp + alt.ss_size) {
+        sp->skip[sp->nskip][0] = (uintptr_t)alt.ss_sp;
+        sp->skip[sp->nskip][1] = stack_from;
+        sp->nskip++;
+    }
     crawl__clear_stack_below();   /* the sort and the snapshot left chunk addresses there */
     scan_roots(sp);
     /* Other threads still running (at exit: detached ones) free chunks
