@@ -4,12 +4,14 @@
  * copy of a leaked chunk's address there hid the leak (a change of the
  * preload's frame layout once made test_preload_o2_host's second leak
  * vanish so). The frames of the caller of exit are roots all the same.
- * usage: preload_exit_stack smear | deep
+ * usage: preload_exit_stack smear | deep | register
  *   smear: leaks 33 bytes after writing copies of its address over the
  *          stack below main; returns from main. Expected: the leak.
  *   deep:  calls exit from a function whose frame holds a 44-byte chunk
  *          (and a register, through a call), and leaks 22 bytes. Expected:
- *          the 22-byte leak only. */
+ *          the 22-byte leak only.
+ *   register: calls exit with an 88-byte chunk's address in rbx alone,
+ *          and leaks 22 bytes. Expected: the 22-byte leak only. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -40,10 +42,24 @@ __attribute__((noinline)) static void deep_exit(void)
     exit(0);
 }
 
+/* exit called with a chunk's address in rbx only: a callee-saved register,
+ * which exit's own frames save (the check takes the caller's registers as
+ * libunwind recovers them) */
+__attribute__((noinline)) static void register_exit(void)
+{
+    void *p = malloc(88);
+    memset(p, 4, 88);
+    leak(leak_size);
+    __asm__ volatile("mov %0, %%rbx\n\tcall exit@PLT" : : "r"(p), "D"(0) : "rbx", "memory");
+    __builtin_unreachable();
+}
+
 int main(int argc, char **argv)
 {
     if (argc > 1 && strcmp(argv[1], "deep") == 0)
         deep_exit();
+    if (argc > 1 && strcmp(argv[1], "register") == 0)
+        register_exit();
     char *volatile p = malloc(33);
     memset(p, 3, 33);
     smear(p);
