@@ -237,12 +237,11 @@ static void *spare_take(unsigned c)
     return NULL;
 }
 
-/* 1 if p, a sample being freed (recorded until now: glibc's and live,
- * so its usable size is its chunk's), is kept as a spare */
+/* 1 if p, a 4 KiB-aligned sample being freed (recorded until now:
+ * glibc's and live, so its usable size is its chunk's), is kept as a
+ * spare */
 static int spare_keep(void *p)
 {
-    if (((uintptr_t)p & (CRAWL__HP_ALIGN - 1)) != 0)
-        return 0;
     size_t u = real_usable(p);           /* (a class's size and up to 64 more) */
     if (u < ((size_t)1 << SPARE_MIN_SHIFT) || u >= 2 * SPARE_MAX)
         return 0;
@@ -406,7 +405,7 @@ __attribute__((noinline)) static void free_slow(void *p)
 {
     if (!p || from_boot(p))
         return;
-    int sample = crawl__hp_forget_sample(p);
+    int sample = crawl__hp_may_hold(p) && crawl__hp_forget_sample(p);
     if (__builtin_expect(crawl_gpa_owns_inline(p), 0)) {
         crawl_regs here;
         crawl_capture_regs(&here);

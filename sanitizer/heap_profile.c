@@ -436,7 +436,7 @@ void crawl_heap_profile_free(const void *p)
 
 int crawl__hp_forget_sample(const void *p)
 {
-    if (__atomic_load_n(&crawl__hp.on, __ATOMIC_RELAXED) == 0 || !p || !crawl__hp_filter_has(p))
+    if (!p)
         return 0;
     int flags = erase((uintptr_t)p);
     return flags >= 0 && (flags & HP_SAMPLED);

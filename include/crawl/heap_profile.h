@@ -106,8 +106,9 @@ CRAWL_API int crawl__hp_decide(size_t size);
 CRAWL_API void crawl__hp_record(const void *p, size_t size, uintptr_t caller, int how);
 CRAWL_API void crawl__hp_record_from(const void *p, size_t size, uintptr_t caller,
                                      const crawl_regs *from, int how);
-/* libcrawl-preload.so's free: p taken out of the profile, as
- * crawl_heap_profile_free; 1 if it was recorded as a sample. */
+/* libcrawl-preload.so's free, where crawl__hp_may_hold(p): p taken out
+ * of the profile, as crawl_heap_profile_free; 1 if it was recorded as a
+ * sample. */
 CRAWL_API int crawl__hp_forget_sample(const void *p);
 /* Put p in the free filter for good (a count stuck at 255). */
 CRAWL_API void crawl__hp_filter_stick(const void *p);
@@ -222,11 +223,15 @@ static inline __attribute__((always_inline)) void crawl_heap_profile_on_alloc(co
     if (crawl__heap_profile_wants(p, size))
         crawl__heap_profile_slow(p, size, caller);
 }
+/* 1 if the profile may hold p (recording, and its filter bit set): only
+ * then has a free of p to look it up. Not API. */
+static inline __attribute__((always_inline)) int crawl__hp_may_hold(const void *p)
+{
+    return !__builtin_expect(crawl__hp.on == 0, 1) && p && crawl__hp_filter_has(p);
+}
 static inline __attribute__((always_inline)) void crawl_heap_profile_on_free(const void *p)
 {
-    if (__builtin_expect(crawl__hp.on == 0, 1) || !p)
-        return;
-    if (crawl__hp_filter_has(p))
+    if (crawl__hp_may_hold(p))
         crawl_heap_profile_free(p);
 }
 
