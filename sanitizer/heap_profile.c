@@ -678,11 +678,7 @@ static void write_profile(const char *path)
     char line[700];
     int n = snprintf(line, sizeof line, "crawl: cannot write the heap profile to '%.500s': %s\n",
                      path, strerror(-rc));
-    int opened;
-    int fd = san_log_open(&opened);
-    crawl__write_all(fd, line, (size_t)n);
-    if (opened)
-        close(fd);
+    san_log_write(line, (size_t)n);
 }
 
 static void at_exit(void)

@@ -74,6 +74,8 @@ void san_report_emit(san_report *r);
 unsigned san_thread_id(void);
 /* The descriptor log_path names (stderr by default); *opened: close it after. */
 int san_log_open(int *opened);
+/* text[0..n) written there (opened and closed around it). */
+void san_log_write(const char *text, size_t n);
 /* Keep a copy of stderr now, used when the program has closed its own. */
 void san_keep_stderr(void);
 /* 1 or 2 when path names stdout or stderr ("stdout", /dev/stderr,

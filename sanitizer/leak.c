@@ -788,6 +788,14 @@ static void scan_own_tls(scan *s, const maps *m)
     }
 }
 
+/* 1 if the calling thread runs on its alternate signal stack
+ * (sigaltstack) and address a lies in it; *alt: that stack */
+static int on_alt_stack(uintptr_t a, stack_t *alt)
+{
+    return sigaltstack(NULL, alt) == 0 && (alt->ss_flags & SS_ONSTACK) &&
+           a >= (uintptr_t)alt->ss_sp && a - (uintptr_t)alt->ss_sp < alt->ss_size;
+}
+
 /* The calling thread's stack from this frame (below every caller's, so
  * what scan_roots spilled is in) to its top; at exit from above crawl's
  * own exit handler, with the registers it found (its frame's alignment
@@ -810,8 +818,7 @@ static __attribute__((noinline)) void scan_own_stack(scan *s)
          * unknown here (from here to its top spanned the address space
          * between them: the check never ended). A fiber's stack is a
          * chunk or an anonymous mapping, scanned as those. */
-        if (sigaltstack(NULL, &alt) == 0 && (alt.ss_flags & SS_ONSTACK) &&
-            here >= (uintptr_t)alt.ss_sp && here < (uintptr_t)alt.ss_sp + alt.ss_size)
+        if (on_alt_stack(here, &alt))
             scan_range(s, here, (uintptr_t)alt.ss_sp + alt.ss_size, REACHABLE);
         scan_range(s, lo, hi, REACHABLE);
     }
@@ -1037,19 +1044,17 @@ long san_leak_check_at_exit(int fd, uintptr_t stack_from, const crawl_regs *regs
 {
     stack_t alt;
     uintptr_t sp = (uintptr_t)__builtin_frame_address(0);
-    if (sigaltstack(NULL, &alt) == 0 && (alt.ss_flags & SS_ONSTACK) &&
-        sp - (uintptr_t)alt.ss_sp < EXIT_CHECK_STACK_MIN) {
+    if (on_alt_stack(sp, &alt) && sp - (uintptr_t)alt.ss_sp < EXIT_CHECK_STACK_MIN) {
         char line[240];
         int n = snprintf(line, sizeof line,
                          "crawl: the leak check at exit did not run: exit was called on a "
                          "signal stack with %lu KiB left (sigaltstack), and it needs %u KiB\n",
                          (unsigned long)((sp - (uintptr_t)alt.ss_sp) >> 10),
                          EXIT_CHECK_STACK_MIN >> 10);
-        int opened;
-        int out = fd >= 0 ? fd : san_log_open(&opened);
-        crawl__write_all(out, line, (size_t)n);
-        if (fd < 0 && opened)
-            close(out);
+        if (fd >= 0)
+            crawl__write_all(fd, line, (size_t)n);
+        else
+            san_log_write(line, (size_t)n);
         return -ENOSPC;
     }
     crawl_regs sets[2] = {*regs};
@@ -1152,8 +1157,7 @@ static __attribute__((noinline)) long check(int fd, uintptr_t stack_from, const 
      * scans, and a stale copy of a leaked chunk's address there hid the
      * leak (test_preload_exit_altstack, one run in three) */
     stack_t alt;
-    if (stack_from && sigaltstack(NULL, &alt) == 0 && (alt.ss_flags & SS_ONSTACK) &&
-        stack_from > (uintptr_t)alt.ss_sp && stack_from <= (uintptr_t)alt.ss_sp + alt.ss_size) {
+    if (stack_from && on_alt_stack(stack_from - 1, &alt)) {   /* (its frame may be the top) */
         sp->skip[sp->nskip][0] = (uintptr_t)alt.ss_sp;
         sp->skip[sp->nskip][1] = stack_from;
         sp->nskip++;

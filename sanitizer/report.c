@@ -245,16 +245,21 @@ int san_log_open(int *opened)
     return lf;
 }
 
+void san_log_write(const char *text, size_t n)
+{
+    int opened;
+    int fd = san_log_open(&opened);
+    crawl__write_all(fd, text, n);
+    if (opened)
+        close(fd);
+}
+
 static void emit(san_report *r, int may_halt)
 {
     const san_options *o = san_opts();
     if (may_halt && o->halt_on_error)
         san_printf(r, "==%d==ABORTING\n", (int)getpid());
-    int opened;
-    int fd = san_log_open(&opened);
-    crawl__write_all(fd, r->text, r->used);
-    if (opened)
-        close(fd);
+    san_log_write(r->text, r->used);
     __atomic_add_fetch(&reports, 1, __ATOMIC_RELAXED);
     if (callback)
         callback(r->text, callback_ctx);
