@@ -9,11 +9,21 @@
 #                  native frame holds just above it (elided lines of the
 #                  newer frame), in the order crawl's own walks report them
 #
-# It reads Frames from memory (crawl__tls, libcrawl's thread record), so a
-# core file shows the chain's order and type names; in a live process it
-# also calls crawl_debug_frame_text() for the Frames' own descriptions and
-# the activations of interpreter segments. Source it (gdb -x) or let gdb
-# auto-load it beside libcrawl.so.
+# It reads the Frame chain from memory (crawl__tls, libcrawl's thread
+# record), so a core file shows the chain's order and type names. A Frame's
+# text and the activations of an interpreter segment come from:
+#   1. a frame reader registered for the Frame's type name, which reads
+#      them from memory (a live process or a core file, no code run in the
+#      inferior): gdb.crawl_frame_readers[type name] = fn, where fn(address)
+#      returns (description or None, [activations, newest first]) and
+#      raises gdb.error or gdb.MemoryError when it cannot read them.
+#      vm/crawlvm-gdb.py is crawlvm's; load it after or before this file;
+#   2. else, in a live process, the Frame type's describe hooks, through a
+#      call of crawl_debug_frame_text() in the inferior. Where gdb cannot
+#      call functions (gdb 13 on a CPU with AMX state fails every call with
+#      "Couldn't write extended state status"), one line says so and the
+#      Frames show their type names only.
+# Source it (gdb -x) or let gdb auto-load it beside libcrawl.so.
 
 import gdb
 
@@ -23,6 +33,14 @@ except ImportError:  # a gdb without Python frame decorators
     FrameDecorator = None
 
 MAX_FRAMES = 100000
+
+# Frame readers by type name, shared with the scripts that register them
+# (whichever of them gdb loads first makes the table).
+if not hasattr(gdb, "crawl_frame_readers"):
+    gdb.crawl_frame_readers = {}
+
+# Why gdb could not call crawl_debug_frame_text, once said (None: not yet).
+_call_failed = None
 
 
 def _thread_record():
@@ -50,8 +68,20 @@ def _is_core():
     return "core dump" in out or "Local core dump file" in out
 
 
+def _call_failure(err):
+    """Say once why the inferior calls failed; later Frames go without."""
+    global _call_failed
+    if _call_failed is None:
+        _call_failed = str(err)
+        gdb.write("crawl: gdb could not call crawl_debug_frame_text() in this process (%s): "
+                  "Frames without a frame reader show their type names only\n" % _call_failed,
+                  gdb.STDERR)
+
+
 def _text(frame_addr, index):
     """crawl_debug_frame_text(frame, index) in the live inferior, or None."""
+    if _call_failed is not None:
+        return None
     try:
         v = gdb.parse_and_eval(
             "(const char *)crawl_debug_frame_text((const crawl_frame *)%d, %d)"
@@ -59,7 +89,10 @@ def _text(frame_addr, index):
         if int(v) == 0:
             return None
         return v.string()
-    except gdb.error:
+    except gdb.error as e:
+        if "No symbol" in str(e):
+            return None                  # a libcrawl without it: no text
+        _call_failure(e)
         return None
 
 
@@ -93,22 +126,37 @@ def crawl_frames():
     return out
 
 
+def _read(addr, name):
+    """The registered reader's (description, activations), or None."""
+    reader = gdb.crawl_frame_readers.get(name)
+    if reader is None:
+        return None
+    try:
+        text, acts = reader(addr)
+        return text, list(acts)
+    except (gdb.error, gdb.MemoryError, ValueError, OverflowError) as e:
+        return None, ["<the '%s' reader failed: %s>" % (name, e)]
+
+
 def frame_lines(addr, name, live):
     """The lines for one Frame: its description, then its activations."""
-    lines = []
-    text = _text(addr, 0) if live else None
-    if text == name:
-        text = None                      # no describe hook: the type name again
-    lines.append("Frame '%s' at 0x%x%s" % (name, addr, (": " + text) if text else ""))
-    if live:
+    read = _read(addr, name)
+    if read is not None:
+        text, acts = read
+    elif live:
+        text, acts = _text(addr, 0), []
         i = 1
         while i < 10000:
             act = _text(addr, i)
             if act is None:
                 break
-            lines.append(act)
+            acts.append(act)
             i += 1
-    return lines
+    else:
+        text, acts = None, []
+    if text == name:
+        text = None                      # no describe hook: the type name again
+    return ["Frame '%s' at 0x%x%s" % (name, addr, (": " + text) if text else "")] + acts
 
 
 class CrawlPrefix(gdb.Command):
@@ -130,7 +178,7 @@ class CrawlFrames(gdb.Command):
             print("crawl: no crawl__tls here (libcrawl not loaded, or without debug info)")
             return
         live = _is_live()
-        print("%d Frame(s)%s" % (len(frames), "" if live else " (from memory: no descriptions)"))
+        print("%d Frame(s)%s" % (len(frames), "" if live else " (from memory)"))
         for i, (addr, name) in enumerate(frames):
             lines = frame_lines(addr, name, live)
             print("#%d %s" % (i, lines[0]))
@@ -204,9 +252,14 @@ class CrawlRoots(gdb.Command):
             print("crawl roots: needs a live process (it calls crawl_gc_census)")
             return
         try:
+            gdb.parse_and_eval("crawl_gc_census")
+        except gdb.error:
+            print("crawl roots: no crawl_gc_census here (is crawl-boehm loaded?)")
+            return
+        try:
             gdb.execute("call (void)crawl_gc_census(1)")
         except gdb.error as e:
-            print("crawl roots: %s (is crawl-boehm loaded?)" % e)
+            print("crawl roots: gdb could not call crawl_gc_census() in this process: %s" % e)
 
 
 if FrameDecorator is not None:

@@ -1,11 +1,16 @@
 #!/bin/sh
 # The gdb extension on crawlvm: live (crawl bt, the bt frame filter, crawl
 # frames, crawl roots) and on a core file written at the same stop (crawl
-# frames and crawl bt from memory). Frames and script activations must come
-# at their true places: after the native frame that holds them.
-# usage: run.sh CRAWLVM EXTENSION
+# frames and crawl bt from memory), with crawlvm's frame reader
+# (vm/crawlvm-gdb.py), so the script frames come from memory in both. Frames
+# and script activations must come at their true places: after the native
+# frame that holds them. Then the extension alone, live: the activations
+# through a call of crawl_debug_frame_text, where gdb can call functions in
+# the process, else one line that says it could not (gdb 13 on a CPU with
+# AMX state fails every call), and likewise crawl roots.
+# usage: run.sh CRAWLVM EXTENSION READER
 set -u
-vm=$1 ext=$2
+vm=$1 ext=$2 reader=$3
 if ! command -v gdb >/dev/null; then
     echo "gdb-ext: note: gdb absent, not tried (apt-get install gdb): 1 passed, 0 failed"
     exit 0
@@ -26,7 +31,7 @@ check() {   # name, file, patterns...
     fi
 }
 script='(define (inner) (gc)) (define (spin) (inner)) (spin)'
-gdb -nx -batch -x "$ext" -ex "break b_gc" -ex run \
+gdb -nx -batch -x "$ext" -x "$reader" -ex "break b_gc" -ex run \
     -ex "echo ==crawl bt\n" -ex "crawl bt" -ex "echo ==bt\n" -ex bt \
     -ex "echo ==crawl frames\n" -ex "crawl frames" -ex "echo ==crawl roots\n" -ex "crawl roots" \
     -ex "generate-core-file $work/core" --args "$vm" -e "$script" >"$work/live" 2>&1
@@ -47,24 +52,51 @@ if ! awk '/^==bt/ { on = 1 } /^==crawl frames/ { on = 0 }
 fi
 check "live crawl frames" "$work/live" "==crawl frames" "1 Frame(s)" \
     "#0 Frame 'crawlvm-interpreter' at 0x" "     in inner -e:1" "     in spin -e:1"
-check "live crawl roots" "$work/live" "==crawl roots" "crawlvm-interpreter"
 if [ -s "$work/core" ]; then
-    gdb -nx -batch -x "$ext" -ex "echo ==crawl frames\n" -ex "crawl frames" \
-        -ex "echo ==crawl bt\n" -ex "crawl bt" -ex "echo ==crawl roots\n" -ex "crawl roots" \
+    gdb -nx -batch -x "$ext" -x "$reader" -ex "echo ==crawl frames\n" -ex "crawl frames" \
+        -ex "echo ==crawl bt\n" -ex "crawl bt" -ex "echo ==bt\n" -ex bt \
+        -ex "echo ==crawl roots\n" -ex "crawl roots" \
         "$vm" "$work/core" >"$work/core.out" 2>&1
-    check "core crawl frames" "$work/core.out" "==crawl frames" "1 Frame(s) (from memory" \
-        "#0 Frame 'crawlvm-interpreter' at 0x"
+    check "core crawl frames" "$work/core.out" "==crawl frames" "1 Frame(s) (from memory)" \
+        "#0 Frame 'crawlvm-interpreter' at 0x" "     in inner -e:1" "     in spin -e:1" \
+        "     in <toplevel> -e:1" "==crawl bt"
     check "core crawl bt" "$work/core.out" "==crawl bt" " in b_gc at " \
-        "Frame 'crawlvm-interpreter' at 0x" " in vm_interp_run at " " in main at "
+        "Frame 'crawlvm-interpreter' at 0x" "inner -e:1" "spin -e:1" "<toplevel> -e:1" \
+        " in vm_interp_run at " " in main at " "==bt"
+    check "core bt (frame filter)" "$work/core.out" "==bt" "#0  b_gc" \
+        "    Frame 'crawlvm-interpreter'" "    inner -e:1" "    spin -e:1" " in vm_interp_run (" \
+        "==crawl roots"
     check "core crawl roots" "$work/core.out" "==crawl roots" "needs a live process"
 else
     echo "gdb-ext: gdb wrote no core file"; fail=1
+fi
+# The extension alone, live: can gdb call functions in the process here?
+gdb -nx -batch -x "$ext" -ex "break b_gc" -ex run -ex "echo ==call\n" \
+    -ex "print (int)crawl_frame_count()" -ex "echo ==crawl frames\n" -ex "crawl frames" \
+    -ex "echo ==crawl roots\n" -ex "crawl roots" -ex "echo ==end\n" \
+    --args "$vm" -e "$script" >"$work/alone" 2>&1
+if awk '/^==call/ { on = 1; next } on { exit !/^\$1 = 1$/ }' "$work/alone"; then
+    check "extension alone, calls" "$work/alone" "==crawl frames" "1 Frame(s)" \
+        "#0 Frame 'crawlvm-interpreter' at 0x" "     in inner -e:1" "     in spin -e:1" \
+        "==crawl roots" "crawlvm-interpreter" "==end"
+else
+    echo "gdb-ext: note: gdb cannot call functions in this process here:" \
+        "$(sed -n '/^==call/{n;p;q}' "$work/alone")"
+    # (the warning goes to stderr: its place among stdout's lines may vary)
+    check "extension alone, no calls" "$work/alone" "==crawl frames" "1 Frame(s)" \
+        "#0 Frame 'crawlvm-interpreter' at 0x" "==crawl roots" \
+        "crawl roots: gdb could not call crawl_gc_census() in this process: " "==end"
+    check "extension alone, the calls' failure said" "$work/alone" \
+        "crawl: gdb could not call crawl_debug_frame_text() in this process ("
+    if grep -q "^     in " "$work/alone"; then
+        echo "gdb-ext: activations without a reader or a call"; cat "$work/alone"; fail=1
+    fi
 fi
 # Stopped inside a qsort comparator: the same order as crawlvm's own
 # --native traceback (script frames between qsort's and libffi's C frames).
 examples=$(dirname "$ext")/../examples
 "$vm" --native "$examples/qsort.crawl" >"$work/native" 2>&1
-gdb -nx -batch -x "$ext" -ex "break b_backtrace" -ex run -ex "echo ==crawl bt\n" -ex "crawl bt" \
+gdb -nx -batch -x "$ext" -x "$reader" -ex "break b_backtrace" -ex run -ex "echo ==crawl bt\n" -ex "crawl bt" \
     -ex "echo ==bt\n" -ex bt -ex "generate-core-file $work/core2" \
     --args "$vm" "$examples/qsort.crawl" >"$work/qsort" 2>&1
 check "--native traceback" "$work/native" "compare at " "[C] vm_interp_run" "[C] callback_handler" \
@@ -78,12 +110,12 @@ check "bt in qsort" "$work/qsort" "==bt" "b_backtrace" "    compare " " vm_inter
     " callback_handler " "qsort_r" " vm_call_ffi " "    sort-numbers " "    <toplevel> " \
     " vm_interp_run " " main "
 if [ -s "$work/core2" ]; then
-    gdb -nx -batch -x "$ext" -ex "echo ==crawl bt\n" -ex "crawl bt" "$vm" "$work/core2" \
+    gdb -nx -batch -x "$ext" -x "$reader" -ex "echo ==crawl bt\n" -ex "crawl bt" "$vm" "$work/core2" \
         >"$work/core2.out" 2>&1
     check "crawl bt in qsort, core" "$work/core2.out" "==crawl bt" " in b_backtrace at " \
-        "Frame 'crawlvm-interpreter'" " in vm_interp_run at " " in callback_handler at " \
-        "qsort_r" " in crawl_ffi_call at " "Frame 'crawlvm-interpreter'" " in vm_interp_run at " \
-        " in main at "
+        "Frame 'crawlvm-interpreter'" "compare " " in vm_interp_run at " " in callback_handler at " \
+        "qsort_r" " in crawl_ffi_call at " "Frame 'crawlvm-interpreter'" "sort-numbers " \
+        "<toplevel> " " in vm_interp_run at " " in main at "
 fi
 if [ $fail -ne 0 ]; then
     echo "gdb-ext: 0 passed, 1 failed"
