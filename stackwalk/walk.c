@@ -781,17 +781,21 @@ static inline void out_window(quick_out *o, uintptr_t **out, uintptr_t **end)
  * pcs), or Q_MEMO: go on unwinding from r. */
 static int replay(const walk_memo *m, unsigned j, quick_regs *r, quick_out *o, memo_frame **recp)
 {
-    unsigned stop = o->skip + o->max;    /* frames k >= stop are past max */
-    unsigned k = o->k, v = j;
-    uintptr_t fp = r->fp;                /* this walk's rbp at frame v */
+    /* (all in locals, the frame by pointer: with o's fields and m->n read
+     * through pointers a pc store may alias, GCC reloaded them and
+     * recomputed f's index a frame, 35 instructions where 15 do) */
+    const unsigned skip = o->skip, stop = o->skip + o->max;    /* frames k >= stop are past max */
+    uintptr_t *const pcs = o->pcs;
+    const memo_frame *f = &m->f[j];
+    const memo_frame *const last = &m->f[m->n - 1];
+    unsigned k = o->k;
+    uintptr_t fp = r->fp;                /* this walk's rbp at frame f */
     memo_frame *rec = recp ? *recp : NULL;
-    for (;; v++, k++) {
-        const memo_frame *f = &m->f[v];
-        if ((f->cfa_fp && fp != f->fp) || v + 1 == m->n || k >= stop ||
-            *(const uintptr_t *)f->ra_at != f[1].ip)
-            break;                       /* frame v is reached; its step is this walk's own */
-        if (k >= o->skip)
-            o->pcs[k - o->skip] = f->ip;
+    for (; f != last && k < stop; f++, k++) {
+        if ((f->cfa_fp && fp != f->fp) || *(const uintptr_t *)f->ra_at != f[1].ip)
+            break;                       /* frame f is reached; its step is this walk's own */
+        if (k >= skip)
+            pcs[k - skip] = f->ip;
         if (rec) {
             *rec = *f;
             rec->fp = fp;
@@ -802,13 +806,13 @@ static int replay(const walk_memo *m, unsigned j, quick_regs *r, quick_out *o, m
     }
     if (recp)
         *recp = rec;
-    r->ip = m->f[v].ip, r->sp = m->f[v].sp, r->fp = fp;
+    r->ip = f->ip, r->sp = f->sp, r->fp = fp;
     o->k = k;
     if (k >= stop)
         return Q_FULL;
-    if (v + 1 == m->n && m->end) {
-        if (k >= o->skip)
-            o->pcs[k - o->skip] = m->f[v].ip;
+    if (f == last && m->end) {
+        if (k >= skip)
+            pcs[k - skip] = f->ip;
         o->k = k + 1;
         return Q_END;
     }
