@@ -12,8 +12,8 @@ set -eu
 cd "$(dirname "$0")/.."
 . scripts/deps.sh
 # clang (the tsan and clang presets); real programs the preload test runs;
-# gdb reading crawl's JIT symbol files
-crawl_ensure_deps clang lua5.4 python3 gdb linux-perf
+# gdb reading crawl's JIT symbol files; libc6-dbg, libc's debug info by build id
+crawl_ensure_deps clang lua5.4 python3 gdb linux-perf libc6-dbg
 jobs=$(nproc)
 presets="dev asan tsan clang debug"
 for preset in $presets; do
