@@ -112,17 +112,29 @@ void san_heap_fork(int lock)
         pthread_mutex_unlock(&heap_lock);
 }
 
+/* Where the address space is limited (ulimit -v) the region may not fit:
+ * then region stays NULL, nothing is owned and every allocation fails
+ * with ENOMEM (it stopped the process: crawlvm --sanitize under ulimit -v
+ * 4 GB aborted; found by a hostile-input run). */
 static void reserve_region(void)
 {
-    region = crawl__mmap(REGION_SIZE, PROT_READ | PROT_WRITE, MAP_NORESERVE);
-    shadow = crawl__mmap(REGION_SIZE / GRANULE, PROT_READ | PROT_WRITE, MAP_NORESERVE);
-    if (region == MAP_FAILED || shadow == MAP_FAILED)
-        crawl__fatal("checked heap: cannot reserve %zu bytes of address space", REGION_SIZE);
+    void *r = crawl__mmap(REGION_SIZE, PROT_READ | PROT_WRITE, MAP_NORESERVE);
+    void *s = crawl__mmap(REGION_SIZE / GRANULE, PROT_READ | PROT_WRITE, MAP_NORESERVE);
+    if (r == MAP_FAILED || s == MAP_FAILED) {
+        if (r != MAP_FAILED)
+            munmap(r, REGION_SIZE);
+        if (s != MAP_FAILED)
+            munmap(s, REGION_SIZE / GRANULE);
+        return;
+    }
+    shadow = s;
+    region = r;
 }
 
-static void ensure_region(void)
+int crawl_heap_reserve(void)
 {
     pthread_once(&heap_once, reserve_region);
+    return region ? 0 : -ENOMEM;
 }
 
 /* bump only grows (under heap_lock); readers outside the lock load it once */
@@ -171,9 +183,8 @@ static size_t round16(size_t n) { return (n + 15) & ~(size_t)15; }
 
 static void *allocate(size_t size, const crawl_regs *caller)
 {
-    ensure_region();
     const san_options *o = san_opts();
-    if (size > MAX_ALLOC) {
+    if (size > MAX_ALLOC || crawl_heap_reserve() != 0) {
         errno = ENOMEM;
         return NULL;
     }

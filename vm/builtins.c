@@ -392,6 +392,12 @@ static int through_out(vm_state *vm, int (*fn)(const void *arg, int fd), const v
     int mfd = memfd_create("crawlvm-out", MFD_CLOEXEC);
     if (mfd < 0)
         return fn(arg, vm->out_fd);      /* (no memfd: straight out, unchecked) */
+    if (mfd == vm->out_fd) {
+        /* the output was closed, and the memfd took its number: it read
+         * what it wrote, for ever (gc-roots with stdout closed) */
+        close(mfd);
+        vm_error(vm, "write error: %s", strerror(EBADF));
+    }
     int rc = fn(arg, mfd);
     char buf[4096];
     for (off_t at = 0;;) {

@@ -6,6 +6,7 @@
 #include <unistd.h>
 #include <signal.h>
 #include <stdio.h>
+#include <sys/resource.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -142,8 +143,15 @@ static char *read_file(const char *path, long *nul)
     size_t n;
     int read_errno = 0;
     errno = 0;
+    /* (a NUL byte ends the read at once: /dev/zero or /dev/urandom as the
+     * script grew to 2 GB before the whole file was looked at) */
     while (buf && (n = fread(buf + len, 1, cap - len - 1, f)) > 0) {
+        const char *z = memchr(buf + len, '\0', n);
         len += n;
+        if (z) {
+            *nul = (long)(z - buf);
+            break;
+        }
         if (len + 1 == cap) {
             char *b = realloc(buf, cap *= 2);
             if (!b) {
@@ -163,9 +171,6 @@ static char *read_file(const char *path, long *nul)
         return NULL;
     }
     buf[len] = '\0';
-    const char *z = memchr(buf, '\0', len);
-    if (z)
-        *nul = (long)(z - buf);
     return buf;
 }
 
@@ -276,10 +281,20 @@ int main(int argc, char **argv)
      * deeply" (256 KiB did). 64 KiB over the reserve is the least run. */
     uintptr_t lo, hi, here = (uintptr_t)__builtin_frame_address(0);
     uintptr_t least = VM_STACK_RESERVE + ((uintptr_t)64 << 10);
+    /* (in ulimit -s's terms: the limit, less what is left below here, plus
+     * what is needed there; it said "the C stack is 320 KiB; crawlvm needs
+     * 320 KiB" under ulimit -s 324, counting neither the part above main
+     * nor the limit's own) */
     if (crawl_thread_stack_bounds(&lo, &hi) == 0 && here - lo < least) {
+        struct rlimit rl;
+        uintptr_t is = hi - lo;
+        if (getrlimit(RLIMIT_STACK, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY)
+            is = (uintptr_t)rl.rlim_cur;
+        /* (8 KiB more, for where the kernel puts the stack's top from one
+         * run to the next, and a multiple of 16) */
+        uintptr_t need = ((is - (here - lo) + least + ((uintptr_t)24 << 10) - 1) >> 14) << 4;
         fprintf(stderr, "crawlvm: the C stack is %lu KiB; crawlvm needs %lu KiB or more "
-                        "(ulimit -s)\n", (unsigned long)((hi - lo) >> 10),
-                (unsigned long)(least >> 10));
+                        "(ulimit -s)\n", (unsigned long)(is >> 10), (unsigned long)need);
         return 2;
     }
     crawl_install_thread_dump(SIGQUIT, STDERR_FILENO);   /* a thread dump, as the JVM's */
@@ -297,6 +312,11 @@ int main(int argc, char **argv)
 #endif
     vm->native_traces = native;
     vm->walk_flags = fast ? CRAWL_WALK_FAST : 0;
+    if (sanitize && crawl_heap_reserve() != 0) {
+        fprintf(stderr, "crawlvm: --sanitize: the checked heap cannot reserve its 18 GiB of "
+                        "address space (ulimit -v?)\n");
+        return 2;
+    }
     if (sanitize)
         vm->alloc = (vm_allocator){crawl_heap_malloc, crawl_heap_free, crawl_heap_check, NULL,
                                    crawl_heap_size};

@@ -92,6 +92,13 @@ CRAWL_API void crawl_depot_print(uint32_t id, int fd);
  * malloc, a precise allocation or free stack may read CFI rules, a thread
  * not yet attached is attached, and reports symbolize (all allocate). */
 CRAWL_API CRAWL_ATTR_MALLOC CRAWL_ATTR_ALLOC_SIZE(1) void *crawl_heap_malloc(size_t size);
+/* Reserve the checked heap's address space now (16 GiB with MAP_NORESERVE,
+ * and 2 GiB of shadow; the first allocation does it otherwise): 0, or
+ * -ENOMEM where it does not fit (ulimit -v), after which every allocation
+ * returns NULL with errno ENOMEM and nothing is the heap's. For a program
+ * to refuse a checked mode up front. Idempotent; thread-safe; not
+ * async-signal-safe; allocates nothing (two mmaps). */
+CRAWL_API int crawl_heap_reserve(void);
 CRAWL_API CRAWL_ATTR_MALLOC CRAWL_ATTR_ALLOC_SIZE2(1, 2) void *crawl_heap_calloc(size_t n, size_t size);
 CRAWL_API CRAWL_ATTR_ALLOC_SIZE(2) void *crawl_heap_realloc(void *p, size_t size);
 CRAWL_API void crawl_heap_free(void *p);

@@ -86,6 +86,19 @@ static void expect_order(const char *text, const char *const *patterns)
     }
 }
 
+/* Run crawlvm with args under a soft limit of kib on resource (which a
+ * child inherits). */
+static void run_with_limit(proc *p, const char *const *args, int resource, rlim_t kib)
+{
+    struct rlimit old, small;
+    assert_int_equal(getrlimit(resource, &old), 0);
+    small = old;
+    small.rlim_cur = kib << 10;
+    assert_int_equal(setrlimit(resource, &small), 0);
+    crawlvm(p, args);
+    setrlimit(resource, &old);
+}
+
 static void test_usage_and_exit_codes(void **state)
 {
     (void)state;
@@ -133,6 +146,14 @@ static void test_usage_and_exit_codes(void **state)
     EXPECT_EXIT(&p, 2);
     EXPECT_IN(p.err, "nul.crawl' holds a NUL byte at offset 9: not a script");
     assert_string_equal(p.out, "");
+    /* an endless file of NULs ends at its first byte (crawlvm read /dev/zero
+     * whole: 2 GB, then "Cannot allocate memory"; under this 1 GB limit
+     * that is what the old code said; found by a hostile-input run) */
+#if !defined(__SANITIZE_ADDRESS__)      /* (ASan's shadow does not fit in 1 GB) */
+    run_with_limit(&p, (const char *[]){"/dev/zero", NULL}, RLIMIT_AS, 1u << 20);
+    EXPECT_EXIT(&p, 2);
+    EXPECT_IN(p.err, "crawlvm: '/dev/zero' holds a NUL byte at offset 0: not a script");
+#endif
     crawlvm(&p, (const char *[]){"-e", "(print (+ 40 2))", NULL});
     EXPECT_EXIT(&p, 0);
     assert_string_equal(p.out, "42\n");
@@ -673,19 +694,6 @@ static void write_nested(const char *path, int levels)
     fclose(f);
 }
 
-/* Run crawlvm with args under a soft limit of kib on resource (which a
- * child inherits). */
-static void run_with_limit(proc *p, const char *const *args, int resource, rlim_t kib)
-{
-    struct rlimit old, small;
-    assert_int_equal(getrlimit(resource, &old), 0);
-    small = old;
-    small.rlim_cur = kib << 10;
-    assert_int_equal(setrlimit(resource, &small), 0);
-    crawlvm(p, args);
-    setrlimit(resource, &old);
-}
-
 static void run_with_stack(proc *p, const char *path, rlim_t stack_kib)
 {
     run_with_limit(p, (const char *[]){path, NULL}, RLIMIT_STACK, stack_kib);
@@ -752,18 +760,73 @@ static void test_freed_buffer_after_reuse(void **state)
 
 /* A C stack too small for crawlvm's own reserve is a usage error that says
  * so (every script failed with "expression nested too deeply"; found by an
- * outside test). */
+ * outside test), and the size it asks for is enough: under ulimit -s 324 it
+ * said "the C stack is 320 KiB; crawlvm needs 320 KiB or more" (it
+ * counted neither the stack above main nor the limit's own size; found by
+ * a hostile-input run). Where the kernel puts the stack's top varies from
+ * run to run, so each size runs five times. */
 static void test_stack_too_small(void **state)
 {
     (void)state;
+    static const rlim_t sizes[] = {256, 300, 320, 324, 330};
+    for (size_t i = 0; i < sizeof sizes / sizeof *sizes; i++) {
+        for (int run = 0; run < 5; run++) {
+            proc p;
+            run_with_limit(&p, (const char *[]){"-e", "(print (+ 1 2))", NULL}, RLIMIT_STACK,
+                           sizes[i]);
+            if (exit_code(&p) == 0) {
+                assert_string_equal(p.out, "3\n");
+                continue;
+            }
+            EXPECT_EXIT(&p, 2);
+            unsigned long is, need;
+            if (sscanf(p.err, "crawlvm: the C stack is %lu KiB; crawlvm needs %lu KiB or more "
+                              "(ulimit -s)", &is, &need) != 2)
+                fail_msg("under ulimit -s %lu: %s", (unsigned long)sizes[i], p.err);
+            assert_int_equal(is, sizes[i]);
+            if (need <= is)
+                fail_msg("under ulimit -s %lu: %s", (unsigned long)sizes[i], p.err);
+            for (int again = 0; again < 5; again++) {
+                run_with_limit(&p, (const char *[]){"-e", "(print (+ 1 2))", NULL},
+                               RLIMIT_STACK, need);
+                if (exit_code(&p) != 0)
+                    fail_msg("it asked for %lu KiB, and under ulimit -s %lu: %s", need, need,
+                             p.err);
+                assert_string_equal(p.out, "3\n");
+            }
+        }
+    }
     proc p;
     run_with_limit(&p, (const char *[]){"-e", "(print (+ 1 2))", NULL}, RLIMIT_STACK, 256);
-    EXPECT_EXIT(&p, 2);
-    EXPECT_IN(p.err, "crawlvm: the C stack is ");
-    EXPECT_IN(p.err, " KiB; crawlvm needs 320 KiB or more (ulimit -s)");
+    EXPECT_EXIT(&p, 2);                  /* (256 KiB is too small, wherever the top is) */
     run_with_limit(&p, (const char *[]){"-e", "(print (+ 1 2))", NULL}, RLIMIT_STACK, 512);
     EXPECT_EXIT(&p, 0);
     assert_string_equal(p.out, "3\n");
+}
+
+/* --sanitize where the checked heap's 18 GiB of address space do not fit
+ * (ulimit -v) is refused up front, a usage error; the library stopped the
+ * process with a fatal message and SIGABRT at the first buffer (found by a
+ * hostile-input run). Not under AddressSanitizer, whose own shadow needs
+ * more than that. */
+static void test_sanitize_without_address_space(void **state)
+{
+    (void)state;
+#if defined(__SANITIZE_ADDRESS__)
+    skip();
+#else
+    proc p;
+    run_with_limit(&p, (const char *[]){"--sanitize", "-e", "(print (buffer-size (make-buffer 8)))",
+                                        NULL},
+                   RLIMIT_AS, 4000000);
+    EXPECT_EXIT(&p, 2);
+    EXPECT_IN(p.err, "crawlvm: --sanitize: the checked heap cannot reserve its 18 GiB of address "
+                     "space (ulimit -v?)");
+    assert_string_equal(p.out, "");
+    crawlvm(&p, (const char *[]){"--sanitize", "-e", "(print (buffer-size (make-buffer 8)))", NULL});
+    EXPECT_EXIT(&p, 0);
+    assert_string_equal(p.out, "8\n");
+#endif
 }
 
 /* Output that cannot be written (a full device) is an error, exit 1, as
@@ -788,6 +851,28 @@ static void test_lost_output_is_an_error(void **state)
     static const char *const lost[] = {"-e '(gc-roots)' >/dev/full 2>/dev/null",
                                        "-e '(gc-why (vector 1))' >/dev/full 2>/dev/null",
                                        "--help >/dev/full 2>/dev/null"};
+    /* with the output closed, the census and why-alive are write errors
+     * too: the memfd they are written to first took the closed output's
+     * number, and copied itself into itself without end (a file size
+     * limit stops the old code, with SIGXFSZ; found by a hostile-input
+     * run) */
+    static const char *const closed[] = {"(gc-roots)", "(gc-why (vector 1))", "(print 1)"};
+    for (size_t i = 0; i < sizeof closed / sizeof *closed; i++) {
+        snprintf(cmd, sizeof cmd,
+                 "ulimit -f 20000; timeout -s KILL 20 '%s' -e '%s' 2>&1 >&- | grep -q "
+                 "'^error: write error: Bad file descriptor$'; exit $(( $? ? 3 : 0 ))",
+                 CRAWLVM_PATH, closed[i]);
+        st = system(cmd);
+        assert_true(WIFEXITED(st));
+        if (WEXITSTATUS(st) != 0)
+            fail_msg("%s with stdout closed: no write error said", closed[i]);
+        snprintf(cmd, sizeof cmd, "ulimit -f 20000; timeout -s KILL 20 '%s' -e '%s' >&- 2>/dev/null",
+                 CRAWLVM_PATH, closed[i]);
+        st = system(cmd);
+        assert_true(WIFEXITED(st));
+        if (WEXITSTATUS(st) != 1)
+            fail_msg("%s with stdout closed: exit %d, wanted 1", closed[i], WEXITSTATUS(st));
+    }
     for (size_t i = 0; i < sizeof lost / sizeof *lost; i++) {
         snprintf(cmd, sizeof cmd, "'%s' %s", CRAWLVM_PATH, lost[i]);
         st = system(cmd);
@@ -1064,6 +1149,7 @@ int main(void)
         cmocka_unit_test(test_freed_buffer_after_reuse),
         cmocka_unit_test(test_lost_output_is_an_error),
         cmocka_unit_test(test_stack_too_small),
+        cmocka_unit_test(test_sanitize_without_address_space),
         cmocka_unit_test(test_sigquit_thread_dump),
         cmocka_unit_test(test_cpu_profile),
     };
