@@ -79,9 +79,14 @@ static int parse_sig(const char *text, sig *s, char *err, size_t errlen)
         s->args[s->nargs] = *p;
         s->ffi_args[s->nargs++] = type_of(*p);
     }
-    if (*p != ')' || p[1] != '\0') {
+    if (*p != ')') {
         snprintf(err, errlen, "bad signature \"%s\" at position %d: expected ')' at the end", text,
                  (int)(p - text));
+        return -1;
+    }
+    if (p[1] != '\0') {                 /* (it named the ')' as the fault) */
+        snprintf(err, errlen, "bad signature \"%s\" at position %d: '%c' after the closing ')'",
+                 text, (int)(p + 1 - text), p[1]);
         return -1;
     }
     if (ffi_prep_cif(&s->cif, FFI_DEFAULT_ABI, s->nargs, type_of(s->ret), s->ffi_args) != FFI_OK) {

@@ -247,6 +247,8 @@ static int resolve(compiler *c, func *f, const char *name, int *index)
         cerror(c, c->at, "'%s' is captured before its define has run: closures copy values "
                          "when they are made, so internal functions cannot be mutually "
                          "recursive (define them at top level)", name);
+    if (f->nfree == ARG_MAX)             /* (its index is an instruction's argument) */
+        cerror(c, c->at, "too many free variables");
     if (f->nfree == f->frees_cap) {
         f->frees_cap = f->frees_cap ? f->frees_cap * 2 : 8;
         f->frees = realloc(f->frees, (size_t)f->frees_cap * sizeof *f->frees);

@@ -7,6 +7,7 @@
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdlib.h>
+#include <stdio.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -35,13 +36,25 @@ static void GC_CALLBACK finalize_ffi(void *o, void *unused)
     crawl_ffi_free(((ffi_obj *)o)->fn);
 }
 
+/* A string argument that C takes as a name or a signature: one with a NUL
+ * byte is refused (C saw only the part before it: "strlen\0anything" was
+ * strlen, and a library path starting with one was the process itself) */
+static const char *c_name_arg(vm_state *vm, value v, const char *fn, const char *what)
+{
+    const vstring *s = (const vstring *)vm_arg_obj(vm, v, T_STRING, fn, "string");
+    const char *z = memchr(s->s, '\0', s->len);
+    if (z)
+        vm_error(vm, "ffi error: %s of %s holds a NUL byte at offset %ld", what, fn,
+                 (long)(z - s->s));
+    return s->s;
+}
+
 VM_BUILTIN(b_ffi_fn)
 {
     VM_UNUSED_ARGS;
-    const char *lib = argv[0] == V_NIL ? NULL
-                                       : ((vstring *)vm_arg_obj(vm, argv[0], T_STRING, "ffi-fn", "string"))->s;
-    const char *sym = ((vstring *)vm_arg_obj(vm, argv[1], T_STRING, "ffi-fn", "string"))->s;
-    const char *sig = ((vstring *)vm_arg_obj(vm, argv[2], T_STRING, "ffi-fn", "string"))->s;
+    const char *lib = argv[0] == V_NIL ? NULL : c_name_arg(vm, argv[0], "ffi-fn", "the library");
+    const char *sym = c_name_arg(vm, argv[1], "ffi-fn", "the symbol");
+    const char *sig = c_name_arg(vm, argv[2], "ffi-fn", "the signature");
     char err[300];
     crawl_ffi_fn *fn = crawl_ffi_open(lib, sym, sig, err, sizeof err);
     if (!fn)
@@ -57,9 +70,16 @@ VM_BUILTIN(b_ffi_fn)
     return (value)o;
 }
 
+/* (argno 0: fn names the value itself, as "the callback's result"; it
+ * said "argument 0 of the callback's result") */
 static crawl_ffi_value to_c(vm_state *vm, value v, char type, const char *fn, int argno)
 {
     crawl_ffi_value c = {.L = 0};
+    char what[160];
+    if (argno)
+        snprintf(what, sizeof what, "argument %d of %s", argno, fn);
+    else
+        snprintf(what, sizeof what, "%s", fn);
     switch (type) {
     case 'i': case 'u': case 'l': case 'L': case 'z': {
         if (!IS_FIX(v))
@@ -75,7 +95,7 @@ static crawl_ffi_value to_c(vm_state *vm, value v, char type, const char *fn, in
         };
         for (size_t k = 0; k < sizeof range / sizeof range[0]; k++)
             if (range[k].type == type && (n < range[k].lo || n > range[k].hi))
-                vm_error(vm, "ffi error: argument %d of %s: %ld does not fit in a C %s", argno, fn,
+                vm_error(vm, "ffi error: %s: %ld does not fit in a C %s", what,
                          (long)n, range[k].name);
         c.l = n;
         return c;
@@ -102,9 +122,9 @@ static crawl_ffi_value to_c(vm_state *vm, value v, char type, const char *fn, in
             if (((buffer_obj *)v)->freed) {
                 const unsigned char *d = ((buffer_obj *)v)->data;
                 if (vm_alloc_checks_freed(&vm->alloc, d) && vm->alloc.check(d, 1, 0) != 0)
-                    vm_error(vm, "ffi error: argument %d of %s: invalid access reported by the "
-                                 "checked heap", argno, fn);
-                vm_error(vm, "ffi error: argument %d of %s is a freed buffer", argno, fn);
+                    vm_error(vm, "ffi error: %s: invalid access reported by the checked heap",
+                             what);
+                vm_error(vm, "ffi error: %s is a freed buffer", what);
             }
             c.p = ((buffer_obj *)v)->data;
             return c;
@@ -123,7 +143,7 @@ static crawl_ffi_value to_c(vm_state *vm, value v, char type, const char *fn, in
         }
         break;
     }
-    vm_error(vm, "ffi error: argument %d of %s must be %s, got %s", argno, fn,
+    vm_error(vm, "ffi error: %s must be %s, got %s", what,
              type == 's' ? "a string or nil"
              : type == 'p' ? "a buffer, pointer, callback, string or nil"
                            : "an integer",
@@ -297,7 +317,7 @@ VM_BUILTIN(b_ffi_callback)
     VM_UNUSED_ARGS;
     if (!vm_is_type(argv[0], T_CLOSURE))
         vm_error(vm, "type error: ffi-callback expects a function, got %s", vm_type_name(argv[0]));
-    const char *sig = ((vstring *)vm_arg_obj(vm, argv[1], T_STRING, "ffi-callback", "string"))->s;
+    const char *sig = c_name_arg(vm, argv[1], "ffi-callback", "the signature");
     callback_obj *cb = VM_ALLOC(sizeof *cb);
     if (!cb)
         vm_error(vm, "out of memory");

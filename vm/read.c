@@ -98,6 +98,8 @@ static node *read_string(reader *r)
     while (s && *r->p && *r->p != '"') {
         char c = *r->p;
         if (c == '\\') {
+            if (!r->p[1])
+                break;                   /* a backslash, then the end: unterminated */
             advance(r);
             switch (*r->p) {
             case 'n': c = '\n'; break;

@@ -11,6 +11,7 @@
 
 #include "vm/compile.h"
 #include "vm/interp.h"
+#include "vm/opcodes.h"
 #include "vm/read.h"
 #include "vm/trace.h"
 #include "vm/vm.h"
@@ -123,6 +124,12 @@ int vm_global_index(vm_state *v, const char *name)
         int at = v->global_slots[global_slot(v, name)];
         if (at)
             return at - 1;
+    }
+    if (v->nglobals == ARG_MAX) {
+        /* (an instruction's argument holds the index: past it, names
+         * aliased globals 0, 1... silently) */
+        fprintf(stderr, "crawlvm: too many global variables (%d)\n", ARG_MAX);
+        exit(70);
     }
     if (v->nglobals == v->globals_cap) {
         if (v->globals_cap > INT_MAX / 4) {

@@ -423,6 +423,21 @@ static void test_ffi_errors(void **state)
         {"((ffi-fn \"libc.so.6\" \"strlen\" \"z(s)\"))",
          "error: bad arity: native strlen takes 1 argument(s), got 0"},
         {"(ffi-callback 5 \"i(pp)\")", "error: type error: ffi-callback expects a function, got integer"},
+        /* a NUL byte in a name or a signature: C saw only the part before
+         * it ("strlen\0x" was strlen; a library "\0..." the process);
+         * and a callback's result of the wrong type was "argument 0 of the
+         * callback's result" (found by a hostile-input run) */
+        {"(ffi-fn nil \"strlen\\0x\" \"z(s)\")",
+         "error: ffi error: the symbol of ffi-fn holds a NUL byte at offset 6"},
+        {"(ffi-fn \"\\0/x.so\" \"strlen\" \"z(s)\")",
+         "error: ffi error: the library of ffi-fn holds a NUL byte at offset 0"},
+        {"(ffi-fn nil \"strlen\" \"z(s)\\0x\")",
+         "error: ffi error: the signature of ffi-fn holds a NUL byte at offset 4"},
+        {"(ffi-callback (lambda (a) 1) \"i(p)\\0\")",
+         "error: ffi error: the signature of ffi-callback holds a NUL byte at offset 4"},
+        {"((ffi-fn nil \"qsort\" \"v(pzzp)\") (make-buffer 16) 2 8 "
+         "(ffi-callback (lambda (a b) \"x\") \"i(pp)\"))",
+         "error: ffi error: the callback's result must be an integer, got string"},
         /* double results: a NaN or a double out of range is no integer */
         {"((ffi-fn \"libc.so.6\" \"atof\" \"d(s)\") \"nan\")",
          "error: ffi error: result of atof (nan) is not a number in the integer range"},

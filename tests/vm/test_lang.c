@@ -189,6 +189,9 @@ static void test_syntax_errors(void **state)
     expect_error("(print 1", "test.crawl:1:1: syntax error: unclosed '(' (end of file reached)");
     expect_error("\n  )", "test.crawl:2:3: syntax error: unexpected ')'");
     expect_error("(print \"abc)", "test.crawl:1:8: syntax error: unterminated string");
+    /* (a backslash at the very end said "unknown escape '\'"; found by a
+     * hostile-input run) */
+    expect_error("(print \"abc\\", "test.crawl:1:8: syntax error: unterminated string");
     expect_error("'x", "test.crawl:1:1: syntax error: unsupported syntax ''x'");
     expect_error("(print 99999999999999999999)", "test.crawl:1:8: syntax error: integer 99999999999999999999 does not fit in 62 bits");
     expect_error("(if)", "test.crawl:1:1: error: if takes a condition");
