@@ -129,6 +129,7 @@ static int libc_note(struct dl_phdr_info *info, size_t size, void *data)
 }
 
 /* libc6-dbg's files are found by build id: a libc function gets its line
+ * (div: one no sanitizer runtime intercepts, as it does qsort)
  * (where libc6-dbg is installed: the test command installs it) */
 static void test_build_id(void **state)
 {
@@ -138,7 +139,7 @@ static void test_build_id(void **state)
     assert_true(path[0] != '\0');       /* Debian's libc has a build id */
     char buf[1024];
     crawl_symbol s;
-    assert_int_equal(crawl_symbolize((uintptr_t)qsort + 1, &s, buf, sizeof buf), 0);
+    assert_int_equal(crawl_symbolize((uintptr_t)div + 1, &s, buf, sizeof buf), 0);
     assert_non_null(s.module);
     assert_non_null(strstr(s.module, "libc.so"));
     assert_non_null(s.function);
@@ -148,7 +149,7 @@ static void test_build_id(void **state)
         return;
     }
     if (!s.file)
-        fail_msg("%s is here, and qsort has no line", path);
+        fail_msg("%s is here, and div has no line", path);
     assert_true(s.line > 0);
 }
 
