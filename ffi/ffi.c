@@ -85,8 +85,11 @@ static int parse_sig(const char *text, sig *s, char *err, size_t errlen)
         return -1;
     }
     if (p[1] != '\0') {                 /* (it named the ')' as the fault) */
-        snprintf(err, errlen, "bad signature \"%s\" at position %d: '%c' after the closing ')'",
-                 text, (int)(p + 1 - text), p[1]);
+        unsigned char x = (unsigned char)p[1];
+        char shown[16];
+        snprintf(shown, sizeof shown, x > ' ' && x < 127 ? "'%c'" : "byte %#x", x);
+        snprintf(err, errlen, "bad signature \"%s\" at position %d: %s after the closing ')'",
+                 text, (int)(p + 1 - text), shown);
         return -1;
     }
     if (ffi_prep_cif(&s->cif, FFI_DEFAULT_ABI, s->nargs, type_of(s->ret), s->ffi_args) != FFI_OK) {

@@ -16,7 +16,8 @@
 #      them from memory (a live process or a core file, no code run in the
 #      inferior): gdb.crawl_frame_readers[type name] = fn, where fn(address)
 #      returns (description or None, [activations, newest first]) and
-#      raises gdb.error or gdb.MemoryError when it cannot read them.
+#      raises (gdb.error, gdb.MemoryError) when it cannot read them: then
+#      one line says so, and in a live process the call below is tried.
 #      vm/crawlvm-gdb.py is crawlvm's; load it after or before this file;
 #   2. else, in a live process, the Frame type's describe hooks, through a
 #      call of crawl_debug_frame_text() in the inferior. Where gdb cannot
@@ -33,6 +34,8 @@ except ImportError:  # a gdb without Python frame decorators
     FrameDecorator = None
 
 MAX_FRAMES = 100000
+# Activations shown for one Frame through calls (a reader caps its own)
+MAX_ACTIVATIONS = 10000
 
 # Frame readers by type name, shared with the scripts that register them
 # (whichever of them gdb loads first makes the table).
@@ -78,6 +81,20 @@ def _call_failure(err):
                   gdb.STDERR)
 
 
+def _reset_call_failure(event=None):
+    """A new process may let gdb call again."""
+    global _call_failed
+    _call_failed = None
+
+
+if hasattr(gdb, "events") and hasattr(gdb.events, "exited"):
+    gdb.events.exited.connect(_reset_call_failure)
+
+# gdb errors that concern one call (a Frame's hook faulted, a breakpoint in
+# it, a bad pointer), not gdb's ability to call at all
+_ONE_CALL = ("while in a function called from GDB", "Cannot access memory", "No symbol")
+
+
 def _text(frame_addr, index):
     """crawl_debug_frame_text(frame, index) in the live inferior, or None."""
     if _call_failed is not None:
@@ -89,10 +106,11 @@ def _text(frame_addr, index):
         if int(v) == 0:
             return None
         return v.string()
+    except gdb.MemoryError:
+        return None
     except gdb.error as e:
-        if "No symbol" in str(e):
-            return None                  # a libcrawl without it: no text
-        _call_failure(e)
+        if not any(m in str(e) for m in _ONE_CALL):
+            _call_failure(e)
         return None
 
 
@@ -127,31 +145,46 @@ def crawl_frames():
 
 
 def _read(addr, name):
-    """The registered reader's (description, activations), or None."""
+    """The registered reader's (description, activations): None without
+    one, or (None, [a line that says why]) when it failed."""
     reader = gdb.crawl_frame_readers.get(name)
     if reader is None:
         return None
     try:
         text, acts = reader(addr)
-        return text, list(acts)
-    except (gdb.error, gdb.MemoryError, ValueError, OverflowError) as e:
-        return None, ["<the '%s' reader failed: %s>" % (name, e)]
+        acts = [str(a) for a in acts]
+        return (str(text) if text is not None else None), acts
+    except Exception as e:              # (an embedder's reader: whatever it raised)
+        return None, ["<the '%s' frame reader failed: %s>" % (name, e)]
+
+
+def _called(addr):
+    """(description, activations) through crawl_debug_frame_text calls."""
+    text, acts = _text(addr, 0), []
+    i = 1
+    while i < MAX_ACTIVATIONS:
+        act = _text(addr, i)
+        if act is None:
+            break
+        acts.append(act)
+        i += 1
+    return text, acts
 
 
 def frame_lines(addr, name, live):
-    """The lines for one Frame: its description, then its activations."""
+    """The lines for one Frame: its description, then its activations,
+    from its type's reader, else (or where the reader failed) through
+    calls in a live process."""
     read = _read(addr, name)
+    if read is not None and read[0] is None and read[1][:1] and \
+            read[1][0].startswith("<the '%s' frame reader failed" % name) and live:
+        called = _called(addr)
+        if called[0] is not None or called[1]:
+            read = called                # (the call told what the reader could not)
     if read is not None:
         text, acts = read
     elif live:
-        text, acts = _text(addr, 0), []
-        i = 1
-        while i < 10000:
-            act = _text(addr, i)
-            if act is None:
-                break
-            acts.append(act)
-            i += 1
+        text, acts = _called(addr)
     else:
         text, acts = None, []
     if text == name:

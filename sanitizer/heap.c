@@ -122,9 +122,9 @@ static void reserve_region(void)
     void *s = crawl__mmap(REGION_SIZE / GRANULE, PROT_READ | PROT_WRITE, MAP_NORESERVE);
     if (r == MAP_FAILED || s == MAP_FAILED) {
         if (r != MAP_FAILED)
-            munmap(r, REGION_SIZE);
+            crawl__munmap(r, REGION_SIZE);
         if (s != MAP_FAILED)
-            munmap(s, REGION_SIZE / GRANULE);
+            crawl__munmap(s, REGION_SIZE / GRANULE);
         return;
     }
     shadow = s;

@@ -783,7 +783,7 @@ static int replay(const walk_memo *m, unsigned j, quick_regs *r, quick_out *o, m
 {
     /* (all in locals, the frame by pointer: with o's fields and m->n read
      * through pointers a pc store may alias, GCC reloaded them and
-     * recomputed f's index a frame, 35 instructions where 15 do) */
+     * recomputed f's index a frame, 35 instructions a frame where 22 do) */
     const unsigned skip = o->skip, stop = o->skip + o->max;    /* frames k >= stop are past max */
     uintptr_t *const pcs = o->pcs;
     const memo_frame *f = &m->f[j];

@@ -14,40 +14,67 @@
 
 import gdb
 
-# More activations than any segment holds (the callinfo stack is capped
-# far below this): a bigger count is a corrupt segment.
-_MAX_ACTIVATIONS = 1 << 20
+# A segment holds at most CALL_DEPTH (vm/vm.c) callinfos: more is a
+# corrupt one. The newest _MAX_SHOWN are shown, then one line for the rest
+# (a script stopped at its "stack overflow" has a million: gdb took 35 s
+# to print them).
+_CALL_DEPTH = 1 << 20
+_MAX_SHOWN = 10000
 _MAX_NAME = 4096
 
 
 def _string(ptr):
     """A C string, at most _MAX_NAME bytes: '?' if it cannot be read."""
-    if int(ptr) == 0:
-        return "?"
     try:
-        return ptr.string(length=-1, errors="replace")[:_MAX_NAME]
-    except (gdb.error, gdb.MemoryError):
+        if int(ptr) == 0:
+            return "?"
+        return ptr.string(errors="replace")[:_MAX_NAME]
+    except (gdb.error, gdb.MemoryError, UnicodeError):
         return "?"
+
+
+def _segment_type():
+    """crawlvm's segment, from the block vm_segment_type is defined in
+    (another module's 'segment' is not it)."""
+    sym = gdb.lookup_global_symbol("vm_segment_type") or gdb.lookup_static_symbol(
+        "vm_segment_type")
+    if sym is not None and sym.symtab is not None:
+        try:
+            return gdb.lookup_type("segment", sym.symtab.static_block())
+        except gdb.error:
+            pass
+    return gdb.lookup_type("segment")
+
+
+def _activation(c):
+    """'name file:line' of one callinfo, as seg_describe makes it."""
+    p = c["cl"]["p"].dereference()
+    pc = int(c["pc"])
+    ncode = int(p["ncode"])
+    line = int(p["lines"][pc - 1]) if 0 < pc <= ncode else int(p["line"])
+    return "%s %s:%d" % (_string(p["name"]), _string(p["file"]), line)
 
 
 def read_segment(addr):
     """(None, activations newest first) of the segment Frame at addr, as
-    seg_next and seg_describe make them: 'name file:line'."""
-    seg = gdb.Value(addr).cast(gdb.lookup_type("segment").pointer()).dereference()
+    seg_next and seg_describe make them: 'name file:line', '?' for one
+    that cannot be read."""
+    seg = gdb.Value(addr).cast(_segment_type().pointer()).dereference()
     vm = seg["vm"].dereference()
     base = int(seg["ci_base"])
     end = int(seg["ci_end"]) or int(vm["nci"])
-    if end < base or end - base > _MAX_ACTIVATIONS:
+    if end < base or end - base > _CALL_DEPTH:
         raise gdb.error("a corrupt segment: callinfos %d..%d" % (base, end))
     acts = []
     ci = vm["ci"]
-    for i in range(end - 1, base - 1, -1):
-        c = ci[i]
-        p = c["cl"]["p"].dereference()
-        pc = int(c["pc"])
-        ncode = int(p["ncode"])
-        line = int(p["lines"][pc - 1]) if 0 < pc <= ncode else int(p["line"])
-        acts.append("%s %s:%d" % (_string(p["name"]), _string(p["file"]), line))
+    shown = min(end - base, _MAX_SHOWN)
+    for i in range(end - 1, end - 1 - shown, -1):
+        try:
+            acts.append(_activation(ci[i]))
+        except (gdb.error, gdb.MemoryError) as e:
+            acts.append("? (callinfo %d: %s)" % (i, e))
+    if end - base > shown:
+        acts.append("... %d older activation(s)" % (end - base - shown))
     return None, acts
 
 

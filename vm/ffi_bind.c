@@ -70,16 +70,23 @@ VM_BUILTIN(b_ffi_fn)
     return (value)o;
 }
 
-/* (argno 0: fn names the value itself, as "the callback's result"; it
- * said "argument 0 of the callback's result") */
+/* What an error names: "argument 2 of f", or fn itself for argno 0, as
+ * "the callback's result" (it said "argument 0 of the callback's result").
+ * Made on the error paths only (made for every argument, it was half of a
+ * call to labs). */
+static const char *what_of(char *buf, size_t len, const char *fn, int argno)
+{
+    if (!argno)
+        return fn;
+    snprintf(buf, len, "argument %d of %s", argno, fn);
+    return buf;
+}
+#define WHAT what_of(what, sizeof what, fn, argno)
+
 static crawl_ffi_value to_c(vm_state *vm, value v, char type, const char *fn, int argno)
 {
     crawl_ffi_value c = {.L = 0};
     char what[160];
-    if (argno)
-        snprintf(what, sizeof what, "argument %d of %s", argno, fn);
-    else
-        snprintf(what, sizeof what, "%s", fn);
     switch (type) {
     case 'i': case 'u': case 'l': case 'L': case 'z': {
         if (!IS_FIX(v))
@@ -95,7 +102,7 @@ static crawl_ffi_value to_c(vm_state *vm, value v, char type, const char *fn, in
         };
         for (size_t k = 0; k < sizeof range / sizeof range[0]; k++)
             if (range[k].type == type && (n < range[k].lo || n > range[k].hi))
-                vm_error(vm, "ffi error: %s: %ld does not fit in a C %s", what,
+                vm_error(vm, "ffi error: %s: %ld does not fit in a C %s", WHAT,
                          (long)n, range[k].name);
         c.l = n;
         return c;
@@ -123,8 +130,8 @@ static crawl_ffi_value to_c(vm_state *vm, value v, char type, const char *fn, in
                 const unsigned char *d = ((buffer_obj *)v)->data;
                 if (vm_alloc_checks_freed(&vm->alloc, d) && vm->alloc.check(d, 1, 0) != 0)
                     vm_error(vm, "ffi error: %s: invalid access reported by the checked heap",
-                             what);
-                vm_error(vm, "ffi error: %s is a freed buffer", what);
+                             WHAT);
+                vm_error(vm, "ffi error: %s is a freed buffer", WHAT);
             }
             c.p = ((buffer_obj *)v)->data;
             return c;
@@ -143,12 +150,13 @@ static crawl_ffi_value to_c(vm_state *vm, value v, char type, const char *fn, in
         }
         break;
     }
-    vm_error(vm, "ffi error: %s must be %s, got %s", what,
+    vm_error(vm, "ffi error: %s must be %s, got %s", WHAT,
              type == 's' ? "a string or nil"
              : type == 'p' ? "a buffer, pointer, callback, string or nil"
                            : "an integer",
              vm_type_name(v));
 }
+#undef WHAT
 
 static value from_c(vm_state *vm, crawl_ffi_value c, char type, const char *who)
 {

@@ -70,6 +70,36 @@ if [ -s "$work/core" ]; then
 else
     echo "gdb-ext: gdb wrote no core file"; fail=1
 fi
+# Damaged and huge segments: a callinfo whose closure pointer is bad is one
+# '?' line between its neighbours (it lost the whole segment's); a script
+# stopped at its stack overflow shows its newest 10000 activations and a
+# count of the rest (gdb printed a million lines, for 35 s); a reader that
+# returns nonsense is one line, not a Python exception that stopped bt.
+gdb -nx -batch -x "$ext" -x "$reader" -ex "break b_gc" -ex run \
+    -ex "set var vm->ci[1].cl = (closure *)8" -ex "echo ==crawl frames\n" -ex "crawl frames" \
+    -ex "echo ==bt\n" -ex bt --args "$vm" -e "$script" >"$work/damaged" 2>&1
+check "damaged callinfo" "$work/damaged" "==crawl frames" "     in inner -e:1" \
+    "     in ? (callinfo 1: Cannot access memory at address 0x10)" "     in <toplevel> -e:1" \
+    "==bt" "    inner -e:1" "    ? (callinfo 1: " "    <toplevel> -e:1" " in vm_interp_run ("
+gdb -nx -batch -x "$ext" -x "$reader" -ex "break vm_error" -ex run -ex "echo ==crawl frames\n" \
+    -ex "crawl frames" --args "$vm" -e '(define (f n) (+ 1 (f n))) (f 1)' >"$work/deep" 2>&1
+if [ "$(grep -c '^     in f -e:1$' "$work/deep")" -ne 10000 ] ||
+    ! grep -q '^     in \.\.\. [0-9]* older activation(s)$' "$work/deep"; then
+    echo "gdb-ext: stack overflow: not 10000 activations and a count"
+    grep -v '^     in f -e:1$' "$work/deep"; fail=1
+fi
+printf 'import gdb\ngdb.crawl_frame_readers["crawlvm-interpreter"] = lambda addr: None\n' \
+    >"$work/bad_reader.py"
+gdb -nx -batch -x "$ext" -x "$work/bad_reader.py" -ex "break b_gc" -ex run \
+    -ex "echo ==crawl frames\n" -ex "crawl frames" -ex "echo ==bt\n" -ex bt -ex "echo ==end\n" \
+    --args "$vm" -e "$script" >"$work/bad" 2>&1
+check "a reader that returns nonsense" "$work/bad" "==crawl frames" \
+    "#0 Frame 'crawlvm-interpreter' at 0x" "==bt" " in vm_interp_run (" " in main (" "==end"
+# (where gdb can call functions, the activations come through the call)
+if grep -q "Python Exception" "$work/bad" ||
+    ! grep -q -e "frame reader failed" -e "^     in inner -e:1" "$work/bad"; then
+    echo "gdb-ext: a reader that returns nonsense"; cat "$work/bad"; fail=1
+fi
 # The extension alone, live: can gdb call functions in the process here?
 gdb -nx -batch -x "$ext" -ex "break b_gc" -ex run -ex "echo ==call\n" \
     -ex "print (int)crawl_frame_count()" -ex "echo ==crawl frames\n" -ex "crawl frames" \
