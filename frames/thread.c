@@ -137,16 +137,27 @@ static void loader_fork_child(void)
         crawl__loader_lock_suspect = 1;  /* for good: the lock stays as the fork left it */
 }
 
-/* (at load, not at first use: a program may fork before it calls crawl) */
-__attribute__((constructor)) static void watch_forks(void)
-{
-    pthread_atfork(loader_fork_prepare, NULL, loader_fork_child);
-}
-
 static void make_exit_key(void)
 {
     pthread_key_create(&exit_key, on_thread_exit);
     pthread_atfork(before_fork, after_fork_parent, after_fork_child);
+}
+
+/* (at load, not at first use: a program may fork before it calls crawl.
+ * And the exit key is made then, among the process's first 32 keys, whose
+ * values glibc keeps in the thread itself: made at the first attach, it
+ * was key 40 in a program with 40 keys, and its pthread_setspecific,
+ * inside the program's own (an attach in the hook of the calloc of
+ * glibc's block for keys 32 to 63), made that block a second time, which
+ * the outer call then replaced: the thread's exit went unseen, its record
+ * stayed in the registry, the next thread on that TLS linked it in again,
+ * and the leak check at exit looped on the cycle; and the values of the
+ * program's keys 32 to 63 were in a block crawl's hook had not recorded,
+ * reported as leaks. Found by an outside test.) */
+__attribute__((constructor)) static void watch_forks(void)
+{
+    pthread_atfork(loader_fork_prepare, NULL, loader_fork_child);
+    pthread_once(&exit_key_once, make_exit_key);
 }
 
 int crawl__own_stack(uintptr_t *lo, uintptr_t *hi, size_t *guard)
@@ -203,6 +214,19 @@ int crawl_thread_attach(void)
 
     __atomic_store_n(&th->attached, 1, __ATOMIC_RELAXED);
     pthread_mutex_lock(&registry_lock);
+    /* a record left behind by an earlier thread on this TLS whose exit
+     * went unseen (its key's value lost: see watch_forks) is cut out
+     * before it is linked again, so the list never holds a cycle. (Its
+     * links are this thread's fresh TLS, zeros: the list already ended
+     * there, so what it pointed to is lost either way.) */
+    for (crawl__thread *o = registry_head, *prev = NULL; o; prev = o, o = o->reg_next)
+        if (o == th) {
+            if (prev)
+                PUBLISH(prev->reg_next, NULL);
+            else
+                PUBLISH(registry_head, NULL);
+            break;
+        }
     see_stack(lo, hi, guard ? (uintptr_t)pthread_self() : 0);
     th->reg_prev = NULL;
     th->reg_next = registry_head;
