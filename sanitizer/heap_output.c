@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "sanitizer/heap_output.h"
@@ -653,6 +654,17 @@ static int write_in_place(const char *path, int (*to_fd)(int fd, crawl_heap_form
  * target is replaced; one that leads nowhere (/dev/stdout once the
  * program closed descriptor 1) is opened as named, never renamed over
  * (the system's /dev/stdout became a regular file). */
+/* Files being written beside their path now (a heap_profile_signal
+ * helper's, as the program exits) */
+static int writes_in_flight;
+
+void ho_wait_writes(unsigned ms)
+{
+    struct timespec tick = {0, 1000000};
+    for (unsigned i = 0; i < ms && __atomic_load_n(&writes_in_flight, __ATOMIC_ACQUIRE); i++)
+        nanosleep(&tick, NULL);
+}
+
 int ho_write_path(const char *path, int (*to_fd)(int fd, crawl_heap_format format))
 {
     if (!path || !*path)
@@ -687,6 +699,7 @@ int ho_write_path(const char *path, int (*to_fd)(int fd, crawl_heap_format forma
                  : -1;
     if (fd < 0)
         return write_in_place(path, to_fd);
+    __atomic_add_fetch(&writes_in_flight, 1, __ATOMIC_ACQ_REL);
     int rc = to_fd(fd, crawl_heap_format_for(path));
     if (close(fd) != 0 && !rc)
         rc = -errno;
@@ -694,6 +707,7 @@ int ho_write_path(const char *path, int (*to_fd)(int fd, crawl_heap_format forma
         rc = -errno;
     if (rc)
         unlink(tmp);
+    __atomic_sub_fetch(&writes_in_flight, 1, __ATOMIC_ACQ_REL);
     return rc;
 }
 

@@ -63,6 +63,9 @@ unsigned ho_intern(ho_profile *p, const char *s);   /* 0 for "" (and when out of
 int ho_write_snap(int fd, crawl_heap_format format, hp_snap *s);
 /* path created or truncated, then write_fd(fd, the format of its extension). */
 int ho_write_path(const char *path, int (*to_fd)(int fd, crawl_heap_format format));
+/* Wait up to ms milliseconds for the ho_write_path calls of other threads
+ * to finish (their temporary files renamed or removed). */
+void ho_wait_writes(unsigned ms);
 
 int ho_write_svg(ho_out *o, const ho_profile *p);     /* heap_svg.c */
 int ho_write_pprof(ho_out *o, const ho_profile *p);   /* heap_pprof.c */

@@ -25,6 +25,7 @@
 #include <crawl/guarded.h>
 #include <crawl/heap_profile.h>
 
+#include "sanitizer/heap_output.h"
 #include "sanitizer/heap_profile_internal.h"
 #include "sanitizer/neg_log.h"
 
@@ -689,6 +690,10 @@ static void at_exit(void)
      * stale copy of a leaked chunk's address */
     uintptr_t above = (uintptr_t)__builtin_frame_address(0) + 2 * sizeof(void *);
     const san_options *o = san_opts();
+    /* a profile heap_profile_signal's helper is writing is finished first
+     * (the process ended it half way, and its temporary file stayed beside
+     * the path; found by an outside test) */
+    ho_wait_writes(5000);
     if (o->heap_profile_path[0])
         write_profile(o->heap_profile_path);
     if (o->leak_check && san_leak_check_at_exit(-1, above, &regs) > 0 && o->leak_check_exitcode) {

@@ -1,0 +1,29 @@
+#!/bin/sh
+# heap_profile_signal, then exit while the helper writes: the profile is
+# whole and no temporary file stays beside it, in each of five runs.
+# usage: signal_exit.sh PROGRAM PRELOAD
+set -u
+prog=$1 pre=$2
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+fail=0
+for run in 1 2 3 4 5; do
+    CRAWL_OPTIONS=heap_profile=1:heap_profile_signal=12:heap_profile_path=$work/p.svg \
+        LD_PRELOAD=$pre "$prog" 12 >"$work/out" 2>&1
+    if ! grep -q "signal_exit: exiting" "$work/out"; then
+        echo "signal_exit: run $run did not exit normally:"; cat "$work/out"; fail=1
+    fi
+    if ls "$work" | grep -q '\.tmp\.'; then
+        echo "signal_exit: run $run left: $(ls "$work" | grep '\.tmp\.')"; fail=1
+        rm -f "$work"/*.tmp.*
+    fi
+    if ! tail -c 7 "$work/p.svg" 2>/dev/null | grep -q '</svg>'; then
+        echo "signal_exit: run $run: p.svg is not whole"; fail=1
+    fi
+    rm -f "$work/p.svg"
+done
+if [ $fail -ne 0 ]; then
+    echo "signal_exit: 0 passed, 1 failed"
+    exit 1
+fi
+echo "signal_exit: 1 passed, 0 failed"
