@@ -5,16 +5,17 @@
 
 #include "frames/internal.h"
 
-void crawl__write_all(int fd, const void *s, size_t n)
+int crawl__write_all(int fd, const void *s, size_t n)
 {
     const char *p = s;
     while (n) {
         ssize_t w = write(fd, p, n);
         if (w <= 0)
-            return;
+            return -1;
         p += w;
         n -= (size_t)w;
     }
+    return 0;
 }
 
 int crawl__fd_above_std(int fd)

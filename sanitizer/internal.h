@@ -78,6 +78,8 @@ int san_log_open(int *opened);
 void san_log_write(const char *text, size_t n);
 /* Keep a copy of stderr now, used when the program has closed its own. */
 void san_keep_stderr(void);
+/* stderr, or the copy kept when the program has closed its own. */
+int san_stderr_fd(void);
 /* 1 or 2 when path names stdout or stderr ("stdout", /dev/stderr,
  * /dev/fd/2, /proc/self/fd/1, /proc/PID/fd/2...), else 0. */
 int san_names_standard(const char *path);

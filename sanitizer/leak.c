@@ -1230,6 +1230,9 @@ static __attribute__((noinline)) long check(int fd, uintptr_t stack_from, const 
         rc = -ENOMEM;
         goto out;
     }
+    /* written to log_path and failed there (a full disk, /dev/full): then
+     * to stderr (the report was lost in silence; found by an outside test) */
+    for (int pass = 0; pass < 2; pass++) {
     ho_init(o, fd);
     if (leaked_objects) {
         ho_printf(o, "\n=================================================================\n"
@@ -1254,9 +1257,14 @@ static __attribute__((noinline)) long check(int fd, uintptr_t stack_from, const 
                       snap.dropped);
     }
     ho_flush(o);
-    free(o);
     if (opened)
         close(fd);
+    if (!o->err || !opened)
+        break;
+    opened = 0;
+    fd = san_stderr_fd();
+    }
+    free(o);
     rc = (long)leaked_objects;
 out:
     free(sp->mark), free(sp->work), free(order), free(groups);

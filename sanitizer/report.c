@@ -182,6 +182,8 @@ static int gone(int fd)
  * kept (a report on stdout goes to stderr rather than nowhere) */
 static int standard(int fd) { return gone(fd) && kept_stderr >= 0 ? kept_stderr : fd; }
 
+int san_stderr_fd(void) { return standard(STDERR_FILENO); }
+
 /* 1 or 2 when path names stdout or stderr, through /dev or /proc too:
  * opened by name, those follow descriptor 1 or 2 to whatever file holds it
  * now (with stderr closed at exit, a module file crawl opened to
@@ -249,9 +251,11 @@ void san_log_write(const char *text, size_t n)
 {
     int opened;
     int fd = san_log_open(&opened);
-    crawl__write_all(fd, text, n);
+    int failed = crawl__write_all(fd, text, n) != 0;
     if (opened)
-        close(fd);
+        failed |= close(fd) != 0;
+    if (failed && opened)                /* log_path would not take it: stderr then */
+        crawl__write_all(standard(STDERR_FILENO), text, n);
 }
 
 static void emit(san_report *r, int may_halt)
