@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "sanitizer/heap_output.h"
+#include "stackwalk/internal.h"
 
 /* ---- buffered output ------------------------------------------------------------------- */
 
@@ -658,10 +659,15 @@ static int write_in_place(const char *path, int (*to_fd)(int fd, crawl_heap_form
  * helper's, as the program exits) */
 static int writes_in_flight;
 
+/* (and the work of signals already taken: the helper may not have begun
+ * its file yet; waiting for the file alone, a -O0 build's exit still
+ * came first, now and then) */
 void ho_wait_writes(unsigned ms)
 {
     struct timespec tick = {0, 1000000};
-    for (unsigned i = 0; i < ms && __atomic_load_n(&writes_in_flight, __ATOMIC_ACQUIRE); i++)
+    for (unsigned i = 0; i < ms && (__atomic_load_n(&writes_in_flight, __ATOMIC_ACQUIRE) ||
+                                    sw_signal_work_pending());
+         i++)
         nanosleep(&tick, NULL);
 }
 

@@ -64,7 +64,8 @@ int ho_write_snap(int fd, crawl_heap_format format, hp_snap *s);
 /* path created or truncated, then write_fd(fd, the format of its extension). */
 int ho_write_path(const char *path, int (*to_fd)(int fd, crawl_heap_format format));
 /* Wait up to ms milliseconds for the ho_write_path calls of other threads
- * to finish (their temporary files renamed or removed). */
+ * to finish (their temporary files renamed or removed), and the work of
+ * signals already taken (sw_on_signal_run's helpers). */
 void ho_wait_writes(unsigned ms);
 
 int ho_write_svg(ho_out *o, const ho_profile *p);     /* heap_svg.c */

@@ -408,6 +408,7 @@ int crawl_print_all_threads(int fd, unsigned flags)
 #define MAX_SIGNAL_WORKERS 8
 static struct signal_worker {
     int sig, pipe[2];
+    int pending;                         /* bytes in the pipe or being worked on */
     void (*fn)(void *);
     void *arg;
 } workers[MAX_SIGNAL_WORKERS];
@@ -419,6 +420,7 @@ static void forget_workers(void)
     for (int i = 0; i < MAX_SIGNAL_WORKERS; i++)
         if (workers[i].sig) {
             __atomic_store_n(&workers[i].sig, 0, __ATOMIC_RELEASE);
+            __atomic_store_n(&workers[i].pending, 0, __ATOMIC_RELEASE);
             close(workers[i].pipe[0]), close(workers[i].pipe[1]);
         }
 }
@@ -429,8 +431,12 @@ static void on_work_signal(int sig)
     for (int i = 0; i < MAX_SIGNAL_WORKERS; i++)
         if (__atomic_load_n(&workers[i].sig, __ATOMIC_ACQUIRE) == sig) {
             char b = 1;
+            /* (counted before the byte can be read: the helper's count
+             * down never comes first) */
+            __atomic_add_fetch(&workers[i].pending, 1, __ATOMIC_ACQ_REL);
             ssize_t k = write(workers[i].pipe[1], &b, 1);   /* non-blocking: one pending is enough */
-            (void)k;
+            if (k != 1)
+                __atomic_sub_fetch(&workers[i].pending, 1, __ATOMIC_ACQ_REL);
         }
     errno = saved;
 }
@@ -446,7 +452,17 @@ static void *worker_thread(void *arg)
         if (k <= 0)
             return NULL;
         w->fn(w->arg);
+        __atomic_sub_fetch(&w->pending, 1, __ATOMIC_ACQ_REL);
     }
+}
+
+int sw_signal_work_pending(void)
+{
+    int n = 0;
+    for (int i = 0; i < MAX_SIGNAL_WORKERS; i++)
+        if (__atomic_load_n(&workers[i].sig, __ATOMIC_ACQUIRE))
+            n += __atomic_load_n(&workers[i].pending, __ATOMIC_ACQUIRE);
+    return n;
 }
 
 int sw_on_signal_run(int sig, void (*fn)(void *), void *arg)
