@@ -38,7 +38,7 @@ typedef struct crawl__thread {
      * stackwalk's shared tables, which are freed only when every attached
      * thread's count is 0 (see stackwalk/modules.c). */
     atomic_uint walks;
-    struct crawl__thread *reg_prev, *reg_next;   /* registry of attached threads */
+    struct crawl__reg_node *reg_node;   /* its node in the registry (frames/thread.c) */
     void *walk_memo;                    /* stackwalk's, released by crawl__leave_hook */
 } crawl__thread;
 

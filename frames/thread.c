@@ -13,7 +13,20 @@
 __thread crawl__thread crawl__tls __attribute__((tls_model("initial-exec")));
 
 static pthread_mutex_t registry_lock = PTHREAD_MUTEX_INITIALIZER;
-static crawl__thread *registry_head;
+/* The registry's nodes live outside the threads' TLS: a thread whose exit
+ * went unseen (its key's value lost) leaves a node that names TLS a new
+ * thread may reuse, and with the links in that TLS the new thread's fresh
+ * zeros and its neighbours' unlinks wrote over live links (a cycle, or
+ * live threads dropped from the list). Such a node is taken out when the
+ * TLS it names attaches again. Nodes come from mmap'ed slabs, never
+ * unmapped, and are reused from a free list, so a lock-free reader that
+ * holds one never faults; an unlinked node keeps its next, so a reader
+ * standing on it goes on along the list. */
+typedef struct crawl__reg_node {
+    crawl__thread *th;                  /* NULL: free */
+    struct crawl__reg_node *prev, *next, *free_next;
+} reg_node;
+static reg_node *registry_head, *free_nodes, *slab, *slab_end;
 static pthread_key_t exit_key;
 static atomic_uint next_seq;
 __thread int crawl__busy __attribute__((tls_model("initial-exec")));
@@ -56,22 +69,54 @@ size_t crawl__stacks_seen(crawl__stack_seen *out, size_t max)
     return n;
 }
 
+/* A free node, or NULL (no memory for a slab). Under registry_lock. */
+static reg_node *node_new(void)
+{
+    reg_node *n = free_nodes;
+    if (n) {
+        free_nodes = n->free_next;
+        return n;
+    }
+    if (slab == slab_end) {
+        size_t len = (size_t)1 << 16;
+        void *m = crawl__mmap(len, PROT_READ | PROT_WRITE, 0);
+        if (m == MAP_FAILED)
+            return NULL;
+        slab = m, slab_end = (reg_node *)((char *)m + len) - 1;
+    }
+    return slab++;
+}
+
+/* Take node n out of the list and free it. Under registry_lock. */
+static void node_unlink(reg_node *n)
+{
+    if (n->prev)
+        PUBLISH(n->prev->next, n->next);
+    else
+        PUBLISH(registry_head, n->next);
+    if (n->next)
+        n->next->prev = n->prev;
+    __atomic_store_n(&n->th, NULL, __ATOMIC_RELEASE);
+    n->free_next = free_nodes;
+    free_nodes = n;
+}
+
 static void registry_unlink(crawl__thread *th)
 {
-    if (th->reg_prev)
-        PUBLISH(th->reg_prev->reg_next, th->reg_next);
-    else if (registry_head == th)
-        PUBLISH(registry_head, th->reg_next);
-    if (th->reg_next)
-        th->reg_next->reg_prev = th->reg_prev;
+    reg_node *n = th->reg_node;
+    th->reg_node = NULL;
+    if (n && n->th == th)
+        node_unlink(n);
 }
 
 void crawl__threads_foreach(void (*fn)(crawl__thread *th, void *ctx), void *ctx)
 {
-    for (crawl__thread *th = __atomic_load_n(&registry_head, __ATOMIC_ACQUIRE); th;
-         th = __atomic_load_n(&th->reg_next, __ATOMIC_ACQUIRE))
-        if (__atomic_load_n(&th->attached, __ATOMIC_RELAXED))   /* others write theirs */
+    for (reg_node *n = __atomic_load_n(&registry_head, __ATOMIC_ACQUIRE); n;
+         n = __atomic_load_n(&n->next, __ATOMIC_ACQUIRE)) {
+        crawl__thread *th = __atomic_load_n(&n->th, __ATOMIC_ACQUIRE);
+        if (th && __atomic_load_n(&th->attached, __ATOMIC_RELAXED))   /* others write theirs */
             fn(th, ctx);
+    }
 }
 
 void crawl__threads_foreach_locked(void (*fn)(crawl__thread *th, void *ctx), void *ctx)
@@ -118,10 +163,10 @@ static void after_fork_child(void)
 {
     crawl__thread *self = crawl__self();
     pthread_mutex_unlock(&registry_lock);
-    registry_head = NULL;
-    if (self->attached) {
-        self->reg_prev = self->reg_next = NULL;
-        registry_head = self;
+    registry_head = NULL;               /* (the other threads' nodes stay used: a few bytes) */
+    if (self->attached && self->reg_node) {
+        self->reg_node->prev = self->reg_node->next = NULL;
+        registry_head = self->reg_node;
         self->tid = (pid_t)syscall(SYS_gettid);
     }
 }
@@ -212,27 +257,29 @@ int crawl_thread_attach(void)
     for (int i = 0; i < 4; i++)
         th->types[i] = NULL;
 
-    __atomic_store_n(&th->attached, 1, __ATOMIC_RELAXED);
     pthread_mutex_lock(&registry_lock);
-    /* a record left behind by an earlier thread on this TLS whose exit
-     * went unseen (its key's value lost: see watch_forks) is cut out
-     * before it is linked again, so the list never holds a cycle. (Its
-     * links are this thread's fresh TLS, zeros: the list already ended
-     * there, so what it pointed to is lost either way.) */
-    for (crawl__thread *o = registry_head, *prev = NULL; o; prev = o, o = o->reg_next)
-        if (o == th) {
-            if (prev)
-                PUBLISH(prev->reg_next, NULL);
-            else
-                PUBLISH(registry_head, NULL);
-            break;
-        }
+    /* a node left by an earlier thread on this TLS whose exit went unseen
+     * (its key's value lost: see watch_forks) is taken out first */
+    for (reg_node *o = registry_head, *next; o; o = next) {
+        next = o->next;
+        if (o->th == th)
+            node_unlink(o);
+    }
+    reg_node *n = node_new();
+    if (!n) {
+        pthread_mutex_unlock(&registry_lock);
+        pthread_setspecific(exit_key, NULL);
+        return -ENOMEM;
+    }
+    __atomic_store_n(&th->attached, 1, __ATOMIC_RELAXED);
     see_stack(lo, hi, guard ? (uintptr_t)pthread_self() : 0);
-    th->reg_prev = NULL;
-    th->reg_next = registry_head;
+    n->th = th;
+    n->prev = NULL;
+    n->next = registry_head;
     if (registry_head)
-        registry_head->reg_prev = th;
-    PUBLISH(registry_head, th);
+        registry_head->prev = n;
+    th->reg_node = n;
+    PUBLISH(registry_head, n);
     pthread_mutex_unlock(&registry_lock);
     void (*hook)(void) = __atomic_load_n(&crawl__attach_hook, __ATOMIC_ACQUIRE);
     if (hook)

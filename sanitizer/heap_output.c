@@ -7,6 +7,7 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -662,6 +663,9 @@ static int writes_in_flight;
 /* (and the work of signals already taken: the helper may not have begun
  * its file yet; waiting for the file alone, a -O0 build's exit still
  * came first, now and then) */
+/* fork child: the writers stayed in the parent */
+void ho_fork_child(void) { __atomic_store_n(&writes_in_flight, 0, __ATOMIC_RELEASE); }
+
 void ho_wait_writes(unsigned ms)
 {
     struct timespec tick = {0, 1000000};
@@ -705,6 +709,9 @@ int ho_write_path(const char *path, int (*to_fd)(int fd, crawl_heap_format forma
                  : -1;
     if (fd < 0)
         return write_in_place(path, to_fd);
+    /* (not cancelled half way: the count would stay up, and the file) */
+    int cancel;
+    pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, &cancel);
     __atomic_add_fetch(&writes_in_flight, 1, __ATOMIC_ACQ_REL);
     int rc = to_fd(fd, crawl_heap_format_for(path));
     if (close(fd) != 0 && !rc)
@@ -714,6 +721,7 @@ int ho_write_path(const char *path, int (*to_fd)(int fd, crawl_heap_format forma
     if (rc)
         unlink(tmp);
     __atomic_sub_fetch(&writes_in_flight, 1, __ATOMIC_ACQ_REL);
+    pthread_setcancelstate(cancel, NULL);
     return rc;
 }
 

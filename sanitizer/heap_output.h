@@ -67,6 +67,8 @@ int ho_write_path(const char *path, int (*to_fd)(int fd, crawl_heap_format forma
  * to finish (their temporary files renamed or removed), and the work of
  * signals already taken (sw_on_signal_run's helpers). */
 void ho_wait_writes(unsigned ms);
+/* In a fork child: no other thread is writing. */
+void ho_fork_child(void);
 
 int ho_write_svg(ho_out *o, const ho_profile *p);     /* heap_svg.c */
 int ho_write_pprof(ho_out *o, const ho_profile *p);   /* heap_pprof.c */

@@ -662,9 +662,17 @@ void san_hp_fork(int lock)
 }
 
 /* (the checks that froze the tables ran in the parent's other threads) */
-void san_hp_fork_child(void) { atomic_store(&frozen, 0); }
+void san_hp_fork_child(void)
+{
+    atomic_store(&frozen, 0);
+    ho_fork_child();
+}
 
 /* ---- at exit ------------------------------------------------------------------------------ */
+
+/* Set once the exit hook runs: a signal taken after that writes nothing
+ * (exit would cut the file off half way) */
+static int exiting;
 
 static void at_exit(void);
 static void register_exit(void) { atexit(at_exit); }
@@ -693,6 +701,7 @@ static void at_exit(void)
     /* a profile heap_profile_signal's helper is writing is finished first
      * (the process ended it half way, and its temporary file stayed beside
      * the path; found by an outside test) */
+    __atomic_store_n(&exiting, 1, __ATOMIC_RELEASE);
     ho_wait_writes(5000);
     if (o->heap_profile_path[0])
         write_profile(o->heap_profile_path);
@@ -706,6 +715,8 @@ static void at_exit(void)
 static void dump_now(void *unused)
 {
     (void)unused;
+    if (__atomic_load_n(&exiting, __ATOMIC_ACQUIRE))
+        return;
     const san_options *o = san_opts();
     if (o->heap_profile_path[0]) {
         write_profile(o->heap_profile_path);
