@@ -3,13 +3,23 @@
  * the path (the process ended the write half way and left
  * PATH.tmp.PID.TID; found by an outside test). Many live chunks from many
  * stacks, so that the SVG takes a while to write.
- * usage: signal_exit [SIGNAL] */
+ * usage: signal_exit SIGNAL [once|storm|fork]
+ *   once   raise the signal, exit 2 ms later
+ *   storm  a thread sends it every 0.5 ms until the process exits (a
+ *          signal taken during the exit hook began a write exit cut off)
+ *   fork   raise it, then fork: the child exits at once (it waited 5 s
+ *          for its parent's writer, which it does not have) */
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
 #include <time.h>
+#include <unistd.h>
 
 static void *volatile keep[60000];
+static int sig;
 
 __attribute__((noinline)) static void *alloc_at(int depth, size_t n)
 {
@@ -18,14 +28,51 @@ __attribute__((noinline)) static void *alloc_at(int depth, size_t n)
     return p;
 }
 
+static void *pester(void *unused)
+{
+    (void)unused;
+    struct timespec t = {0, 500000};
+    for (;;) {
+        kill(getpid(), sig);
+        nanosleep(&t, NULL);
+    }
+    return NULL;
+}
+
+static double now(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + (double)t.tv_nsec / 1e9;
+}
+
 int main(int argc, char **argv)
 {
-    int sig = argc > 1 ? atoi(argv[1]) : SIGUSR2;
+    sig = argc > 1 ? atoi(argv[1]) : SIGUSR2;
+    const char *mode = argc > 2 ? argv[2] : "once";
     for (int i = 0; i < 60000; i++)
         keep[i] = alloc_at(i % 40, 16 + (size_t)(i % 64));
-    raise(sig);
-    struct timespec t = {0, 2000000};    /* 2 ms: the helper is writing */
-    nanosleep(&t, NULL);
+    if (strcmp(mode, "storm") == 0) {
+        pthread_t t;
+        if (pthread_create(&t, NULL, pester, NULL) != 0)
+            return 2;
+        struct timespec t100 = {0, 100000000};
+        nanosleep(&t100, NULL);
+    } else {
+        raise(sig);
+        struct timespec t = {0, 2000000};    /* 2 ms: the helper is writing */
+        nanosleep(&t, NULL);
+    }
+    if (strcmp(mode, "fork") == 0) {
+        double t0 = now();
+        pid_t c = fork();
+        if (c == 0)
+            exit(0);                         /* (its exit hook runs) */
+        int st;
+        waitpid(c, &st, 0);
+        printf("signal_exit: the child took %.1f s to exit\n", now() - t0);
+    }
     puts("signal_exit: exiting");
+    fflush(stdout);
     return 0;
 }

@@ -1,15 +1,19 @@
 #!/bin/sh
 # heap_profile_signal, then exit while the helper writes: the profile is
-# whole and no temporary file stays beside it, in each of five runs.
+# whole and no temporary file stays beside it, in each of nine runs (the
+# signal once, a storm of them, and a fork child that exits at once).
 # usage: signal_exit.sh PROGRAM PRELOAD
 set -u
 prog=$1 pre=$2
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 fail=0
-for run in 1 2 3 4 5; do
+for run in once once once once once storm storm storm fork; do
     CRAWL_OPTIONS=heap_profile=1:heap_profile_signal=12:heap_profile_path=$work/p.svg \
-        LD_PRELOAD=$pre "$prog" 12 >"$work/out" 2>&1
+        LD_PRELOAD=$pre "$prog" 12 $run >"$work/out" 2>&1
+    if [ $run = fork ] && ! grep -q "the child took 0\.[0-9] s to exit" "$work/out"; then
+        echo "signal_exit: fork: the child was slow to exit:"; cat "$work/out"; fail=1
+    fi
     if ! grep -q "signal_exit: exiting" "$work/out"; then
         echo "signal_exit: run $run did not exit normally:"; cat "$work/out"; fail=1
     fi
