@@ -82,7 +82,7 @@ static reg_node *node_new(void)
         void *m = crawl__mmap(len, PROT_READ | PROT_WRITE, 0);
         if (m == MAP_FAILED)
             return NULL;
-        slab = m, slab_end = (reg_node *)((char *)m + len) - 1;
+        slab = m, slab_end = (reg_node *)((char *)m + len - len % sizeof(reg_node));
     }
     return slab++;
 }
@@ -273,9 +273,10 @@ int crawl_thread_attach(void)
     }
     __atomic_store_n(&th->attached, 1, __ATOMIC_RELAXED);
     see_stack(lo, hi, guard ? (uintptr_t)pthread_self() : 0);
-    n->th = th;
+    /* (a reused node: a reader may stand on it) */
+    __atomic_store_n(&n->th, th, __ATOMIC_RELEASE);
     n->prev = NULL;
-    n->next = registry_head;
+    __atomic_store_n(&n->next, registry_head, __ATOMIC_RELEASE);
     if (registry_head)
         registry_head->prev = n;
     th->reg_node = n;

@@ -17,7 +17,6 @@
 #include <unistd.h>
 
 #include "sanitizer/heap_output.h"
-#include "stackwalk/internal.h"
 
 /* ---- buffered output ------------------------------------------------------------------- */
 
@@ -660,20 +659,10 @@ static int write_in_place(const char *path, int (*to_fd)(int fd, crawl_heap_form
  * helper's, as the program exits) */
 static int writes_in_flight;
 
-/* (and the work of signals already taken: the helper may not have begun
- * its file yet; waiting for the file alone, a -O0 build's exit still
- * came first, now and then) */
+int ho_writes_in_flight(void) { return __atomic_load_n(&writes_in_flight, __ATOMIC_ACQUIRE); }
+
 /* fork child: the writers stayed in the parent */
 void ho_fork_child(void) { __atomic_store_n(&writes_in_flight, 0, __ATOMIC_RELEASE); }
-
-void ho_wait_writes(unsigned ms)
-{
-    struct timespec tick = {0, 1000000};
-    for (unsigned i = 0; i < ms && (__atomic_load_n(&writes_in_flight, __ATOMIC_ACQUIRE) ||
-                                    sw_signal_work_pending());
-         i++)
-        nanosleep(&tick, NULL);
-}
 
 int ho_write_path(const char *path, int (*to_fd)(int fd, crawl_heap_format format))
 {

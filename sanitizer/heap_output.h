@@ -63,10 +63,9 @@ unsigned ho_intern(ho_profile *p, const char *s);   /* 0 for "" (and when out of
 int ho_write_snap(int fd, crawl_heap_format format, hp_snap *s);
 /* path created or truncated, then write_fd(fd, the format of its extension). */
 int ho_write_path(const char *path, int (*to_fd)(int fd, crawl_heap_format format));
-/* Wait up to ms milliseconds for the ho_write_path calls of other threads
- * to finish (their temporary files renamed or removed), and the work of
- * signals already taken (sw_on_signal_run's helpers). */
-void ho_wait_writes(unsigned ms);
+/* ho_write_path calls under way now (their temporary files not yet
+ * renamed or removed) */
+int ho_writes_in_flight(void);
 /* In a fork child: no other thread is writing. */
 void ho_fork_child(void);
 

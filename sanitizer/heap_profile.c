@@ -675,6 +675,7 @@ void san_hp_fork_child(void)
 static int exiting;
 
 static void at_exit(void);
+static void dump_now(void *unused);
 static void register_exit(void) { atexit(at_exit); }
 
 /* heap_profile_path written, or one line saying why not (it failed in
@@ -702,7 +703,12 @@ static void at_exit(void)
      * (the process ended it half way, and its temporary file stayed beside
      * the path; found by an outside test) */
     __atomic_store_n(&exiting, 1, __ATOMIC_RELEASE);
-    ho_wait_writes(5000);
+    /* (the work of signals already taken too: the helper may not have
+     * begun its file yet; and only the heap profile's helper, not a thread
+     * dump's, which made exit wait 5 s for threads that block signals) */
+    struct timespec tick = {0, 1000000};
+    for (int i = 0; i < 5000 && (sw_signal_work_pending(dump_now) || ho_writes_in_flight()); i++)
+        nanosleep(&tick, NULL);
     if (o->heap_profile_path[0])
         write_profile(o->heap_profile_path);
     if (o->leak_check && san_leak_check_at_exit(-1, above, &regs) > 0 && o->leak_check_exitcode) {

@@ -409,9 +409,9 @@ void sw_gdb_jit_remove(uintptr_t start);
 /* threads.c: on signal sig, fn(arg) runs on a helper thread that takes no
  * signal (the handler writes a byte to a pipe). 0 or a negative errno. */
 int sw_on_signal_run(int sig, void (*fn)(void *), void *arg);
-/* Signals taken whose work (sw_on_signal_run's fn) has not finished yet:
- * queued or running. Async-signal-safe (loads). */
-int sw_signal_work_pending(void);
+/* Signals taken whose work fn (given to sw_on_signal_run) has not
+ * finished yet: queued or running. Async-signal-safe (loads). */
+int sw_signal_work_pending(void (*fn)(void *));
 
 /* An internal walk flag (sw_walk, sw_backtrace; normal context): rules of
  * modules not compiled yet are read one pc at a time first (cfi_cache.c).

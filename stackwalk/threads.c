@@ -456,11 +456,11 @@ static void *worker_thread(void *arg)
     }
 }
 
-int sw_signal_work_pending(void)
+int sw_signal_work_pending(void (*fn)(void *))
 {
     int n = 0;
     for (int i = 0; i < MAX_SIGNAL_WORKERS; i++)
-        if (__atomic_load_n(&workers[i].sig, __ATOMIC_ACQUIRE))
+        if (__atomic_load_n(&workers[i].sig, __ATOMIC_ACQUIRE) && workers[i].fn == fn)
             n += __atomic_load_n(&workers[i].pending, __ATOMIC_ACQUIRE);
     return n;
 }

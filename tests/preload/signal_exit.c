@@ -8,7 +8,13 @@
  *   storm  a thread sends it every 0.5 ms until the process exits (a
  *          signal taken during the exit hook began a write exit cut off)
  *   fork   raise it, then fork: the child exits at once (it waited 5 s
- *          for its parent's writer, which it does not have) */
+ *          for its parent's writer, which it does not have)
+ *   dump   a thread dump on SIGQUIT (to /dev/null) with four threads that
+ *          block every signal, then exit: the exit hook does not wait for
+ *          the dump (it waited up to 5 s, a second a blocked thread) */
+#include <crawl/frames.h>
+#include <crawl/stackwalk.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
@@ -39,6 +45,18 @@ static void *pester(void *unused)
     return NULL;
 }
 
+static void *blocked(void *unused)
+{
+    (void)unused;
+    sigset_t all;
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, NULL);
+    crawl_thread_attach();
+    for (;;)
+        pause();
+    return NULL;
+}
+
 static double now(void)
 {
     struct timespec t;
@@ -52,7 +70,21 @@ int main(int argc, char **argv)
     const char *mode = argc > 2 ? argv[2] : "once";
     for (int i = 0; i < 60000; i++)
         keep[i] = alloc_at(i % 40, 16 + (size_t)(i % 64));
-    if (strcmp(mode, "storm") == 0) {
+    if (strcmp(mode, "dump") == 0) {
+        int fd = open("/dev/null", O_WRONLY | O_CLOEXEC);
+        if (fd < 0 || crawl_install_thread_dump(SIGQUIT, fd) != 0)
+            return 2;
+        for (int i = 0; i < 4; i++) {
+            pthread_t t;
+            if (pthread_create(&t, NULL, blocked, NULL) != 0)
+                return 2;
+        }
+        struct timespec t50 = {0, 50000000};
+        nanosleep(&t50, NULL);
+        raise(SIGQUIT);
+        struct timespec t10 = {0, 10000000};
+        nanosleep(&t10, NULL);
+    } else if (strcmp(mode, "storm") == 0) {
         pthread_t t;
         if (pthread_create(&t, NULL, pester, NULL) != 0)
             return 2;

@@ -1,16 +1,23 @@
 #!/bin/sh
 # heap_profile_signal, then exit while the helper writes: the profile is
-# whole and no temporary file stays beside it, in each of nine runs (the
-# signal once, a storm of them, and a fork child that exits at once).
+# whole and no temporary file stays beside it, in each of ten runs (the
+# signal once, a storm of them, a fork child that exits at once, and a
+# thread dump the exit does not wait for).
 # usage: signal_exit.sh PROGRAM PRELOAD
 set -u
 prog=$1 pre=$2
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 fail=0
-for run in once once once once once storm storm storm fork; do
+for run in once once once once once storm storm storm fork dump; do
+    t0=$(date +%s%N)
     CRAWL_OPTIONS=heap_profile=1:heap_profile_signal=12:heap_profile_path=$work/p.svg \
         LD_PRELOAD=$pre "$prog" 12 $run >"$work/out" 2>&1
+    ms=$(( ($(date +%s%N) - t0) / 1000000 ))
+    # (a bound, not a speed: it waited 5 s for a thread dump's helper)
+    if [ $run = dump ] && [ $ms -gt 2500 ]; then
+        echo "signal_exit: dump: exit took $ms ms"; fail=1
+    fi
     if [ $run = fork ] && ! grep -q "the child took 0\.[0-9] s to exit" "$work/out"; then
         echo "signal_exit: fork: the child was slow to exit:"; cat "$work/out"; fail=1
     fi
