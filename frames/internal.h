@@ -87,8 +87,8 @@ extern void (*crawl__leave_hook)(crawl__thread *th);
  * thread is running on right now. Async-signal-safe. */
 int crawl__on_stack(const crawl__thread *th, uintptr_t addr, size_t size);
 
-/* Write all of [s, s+n) to fd, stopping at the first error. Async-signal-safe. */
-/* 0, or -1 when a write failed (or wrote nothing) */
+/* Write all of [s, s+n) to fd, stopping at the first error: 0, or -1 when
+ * a write failed (or wrote nothing). Async-signal-safe. */
 int crawl__write_all(int fd, const void *s, size_t n);
 /* fd, moved to 3 or above if it took 0, 1 or 2 (a program started with
  * them closed must find them closed, not holding crawl's pipe); -1 if it

@@ -145,17 +145,17 @@ def crawl_frames():
 
 
 def _read(addr, name):
-    """The registered reader's (description, activations): None without
-    one, or (None, [a line that says why]) when it failed."""
+    """The registered reader's (description, activations, failed): None
+    without one; when it failed, (None, [a line that says why], True)."""
     reader = gdb.crawl_frame_readers.get(name)
     if reader is None:
         return None
     try:
         text, acts = reader(addr)
         acts = [str(a) for a in acts]
-        return (str(text) if text is not None else None), acts
+        return (str(text) if text is not None else None), acts, False
     except Exception as e:              # (an embedder's reader: whatever it raised)
-        return None, ["<the '%s' frame reader failed: %s>" % (name, e)]
+        return None, ["<the '%s' frame reader failed: %s>" % (name, e)], True
 
 
 def _called(addr):
@@ -176,13 +176,12 @@ def frame_lines(addr, name, live):
     from its type's reader, else (or where the reader failed) through
     calls in a live process."""
     read = _read(addr, name)
-    if read is not None and read[0] is None and read[1][:1] and \
-            read[1][0].startswith("<the '%s' frame reader failed" % name) and live:
+    if read is not None and read[2] and live:
         called = _called(addr)
         if called[0] is not None or called[1]:
-            read = called                # (the call told what the reader could not)
+            read = called + (False,)     # (the call told what the reader could not)
     if read is not None:
-        text, acts = read
+        text, acts, _ = read
     elif live:
         text, acts = _called(addr)
     else:

@@ -648,13 +648,6 @@ static int write_in_place(const char *path, int (*to_fd)(int fd, crawl_heap_form
     return write_opened(path, to_fd, O_WRONLY | O_CREAT | O_TRUNC);
 }
 
-/* A regular file is written whole beside it, then renamed over it: a
- * reader never sees it half written, and processes that write one path
- * at once (a make -j under the preload) leave one whole profile, not one
- * profile followed by the tail of another. A symbolic link stays: its
- * target is replaced; one that leads nowhere (/dev/stdout once the
- * program closed descriptor 1) is opened as named, never renamed over
- * (the system's /dev/stdout became a regular file). */
 /* Files being written beside their path now (a heap_profile_signal
  * helper's, as the program exits) */
 static int writes_in_flight;
@@ -664,6 +657,13 @@ int ho_writes_in_flight(void) { return __atomic_load_n(&writes_in_flight, __ATOM
 /* fork child: the writers stayed in the parent */
 void ho_fork_child(void) { __atomic_store_n(&writes_in_flight, 0, __ATOMIC_RELEASE); }
 
+/* A regular file is written whole beside it, then renamed over it: a
+ * reader never sees it half written, and processes that write one path
+ * at once (a make -j under the preload) leave one whole profile, not one
+ * profile followed by the tail of another. A symbolic link stays: its
+ * target is replaced; one that leads nowhere (/dev/stdout once the
+ * program closed descriptor 1) is opened as named, never renamed over
+ * (the system's /dev/stdout became a regular file). */
 int ho_write_path(const char *path, int (*to_fd)(int fd, crawl_heap_format format))
 {
     if (!path || !*path)

@@ -699,13 +699,13 @@ static void at_exit(void)
      * stale copy of a leaked chunk's address */
     uintptr_t above = (uintptr_t)__builtin_frame_address(0) + 2 * sizeof(void *);
     const san_options *o = san_opts();
-    /* a profile heap_profile_signal's helper is writing is finished first
-     * (the process ended it half way, and its temporary file stayed beside
-     * the path; found by an outside test) */
+    /* a profile heap_profile_signal's helper is writing, or about to
+     * write (a signal already taken), is finished first, and no signal
+     * starts one after this (the process ended it half way, and its
+     * temporary file stayed beside the path; found by an outside test).
+     * Only the heap profile's helper: a thread dump's made exit wait 5 s
+     * for threads that block signals. */
     __atomic_store_n(&exiting, 1, __ATOMIC_RELEASE);
-    /* (the work of signals already taken too: the helper may not have
-     * begun its file yet; and only the heap profile's helper, not a thread
-     * dump's, which made exit wait 5 s for threads that block signals) */
     struct timespec tick = {0, 1000000};
     for (int i = 0; i < 5000 && (sw_signal_work_pending(dump_now) || ho_writes_in_flight()); i++)
         nanosleep(&tick, NULL);

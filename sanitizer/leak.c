@@ -1233,36 +1233,37 @@ static __attribute__((noinline)) long check(int fd, uintptr_t stack_from, const 
     /* written to log_path and failed there (a full disk, /dev/full): then
      * to stderr (the report was lost in silence; found by an outside test) */
     for (int pass = 0; pass < 2; pass++) {
-    ho_init(o, fd);
-    if (leaked_objects) {
-        ho_printf(o, "\n=================================================================\n"
-                     "==%d==ERROR: LeakSanitizer: detected memory leaks\n\n",
-                  (int)getpid());
-        for (size_t i = 0; i < ng; i++)
-            if (groups[i].kind < 2)
-                print_group(o, &groups[i], groups[i].kind == 0 ? "Direct leak" : "Indirect leak");
-    }
-    if (opt->leak_check_reachable && reach_objects) {
-        ho_printf(o, "Still reachable (not leaks): %zu byte(s) in %zu object(s):\n\n", reach_bytes,
-                  reach_objects);
-        for (size_t i = 0; i < ng; i++)
-            if (groups[i].kind == 2)
-                print_group(o, &groups[i], "Reachable");
-    }
-    if (leaked_objects) {
-        ho_printf(o, "SUMMARY: LeakSanitizer: %zu byte(s) leaked in %zu allocation(s).\n",
-                  leaked_bytes, leaked_objects);
-        if (snap.dropped)
-            ho_printf(o, "(crawl: %lu allocation(s) made while crawl was busy were not recorded)\n",
-                      snap.dropped);
-    }
-    ho_flush(o);
-    if (opened)
-        close(fd);
-    if (!o->err || !opened)
-        break;
-    opened = 0;
-    fd = san_stderr_fd();
+        ho_init(o, fd);
+        if (leaked_objects) {
+            ho_printf(o, "\n=================================================================\n"
+                         "==%d==ERROR: LeakSanitizer: detected memory leaks\n\n",
+                      (int)getpid());
+            for (size_t i = 0; i < ng; i++)
+                if (groups[i].kind < 2)
+                    print_group(o, &groups[i],
+                                groups[i].kind == 0 ? "Direct leak" : "Indirect leak");
+        }
+        if (opt->leak_check_reachable && reach_objects) {
+            ho_printf(o, "Still reachable (not leaks): %zu byte(s) in %zu object(s):\n\n",
+                      reach_bytes, reach_objects);
+            for (size_t i = 0; i < ng; i++)
+                if (groups[i].kind == 2)
+                    print_group(o, &groups[i], "Reachable");
+        }
+        if (leaked_objects) {
+            ho_printf(o, "SUMMARY: LeakSanitizer: %zu byte(s) leaked in %zu allocation(s).\n",
+                      leaked_bytes, leaked_objects);
+            if (snap.dropped)
+                ho_printf(o, "(crawl: %lu allocation(s) made while crawl was busy were not "
+                             "recorded)\n", snap.dropped);
+        }
+        ho_flush(o);
+        if (opened)
+            close(fd);
+        if (!o->err || !opened)
+            break;
+        opened = 0;
+        fd = san_stderr_fd();
     }
     free(o);
     rc = (long)leaked_objects;
