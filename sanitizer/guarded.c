@@ -285,6 +285,15 @@ __attribute__((noinline, cold)) int crawl__gpa_sample_slow(void)
     return --next_sample == 0;
 }
 
+/* gpa_sample_rate changed (crawl_sanitizer_set_options): this thread's
+ * countdown, drawn for the old rate, is dropped, so that its next call
+ * draws one for the new rate. Another thread's runs out first (at most
+ * twice the old rate's calls, a million when it was 0). */
+void san_gpa_rate_changed(void)
+{
+    next_sample = 0;
+}
+
 int crawl_gpa_should_sample(void)
 {
     if (__builtin_expect(next_sample > 1, 1)) {

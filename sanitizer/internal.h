@@ -95,6 +95,7 @@ void san_options_fork(int lock);
 void san_report_fork(int lock);
 void san_heap_fork(int lock);
 void san_gpa_fork(int lock);
+void san_gpa_rate_changed(void);    /* gpa_sample_rate changed: this thread draws again */
 /* The guarded pool's slot table [*lo, *hi) (0, 0 before the pool): it
  * holds every live slot's address, so the leak check must not take it for
  * a root. (The pool itself is left out by crawl_gpa_owns.) */

@@ -232,6 +232,8 @@ static int apply(const char *s)
         }
     }
     pthread_mutex_unlock(&options_lock);
+    if (rc == 0 && o.gpa_sample_rate != old->o.gpa_sample_rate)
+        san_gpa_rate_changed();
     if (rc == 0 && o.perf_map != old->o.perf_map)
         crawl_perf_map(o.perf_map);      /* stackwalk's own switch */
     if (rc == 0 && help)

@@ -71,6 +71,12 @@ CRAWL_API extern const crawl_frame_type crawl_gcprotect_type;
 CRAWL_API void crawl_gcprotect_push(crawl_gcprotect *gp, void **slots[], unsigned n);
 CRAWL_API void crawl_gcprotect_pop(crawl_gcprotect *gp);
 
+/* Boehm's adapter, in crawl-boehm (pkg-config crawl-boehm, CMake
+ * crawl::boehm): declared here too, where the GC roots contract first put
+ * it; crawl/boehm.h declares it with the rest of crawl-boehm and says
+ * what it does. */
+CRAWL_API void crawl_boehm_install(void);
+
 /* CRAWL_GCPROTECT_BEGIN(a, b, ...) ... CRAWL_GCPROTECT_END();
  * Protects up to 8 pointer variables for the block in between, which must
  * not be left with return, goto or break. */

@@ -57,7 +57,10 @@ static inline int crawl_gpa_owns_inline(const void *p)
 /* 1 once in gpa_sample_rate calls on average (a per-thread countdown: a
  * decrement and a branch when it says no), every call with rate 1, never
  * with rate 0. A countdown that is not running (a new thread) is started,
- * never taken for "sample now". Allocates nothing, unless its slow path
+ * never taken for "sample now". A change of gpa_sample_rate
+ * (crawl_sanitizer_set_options) applies to the calling thread's next call,
+ * and to another thread's once the countdown it is in ends (at most twice
+ * the old rate's calls, a million when it was 0). Allocates nothing, unless its slow path
  * makes the process's first read of the options (which may allocate;
  * that allocation is not sampled). */
 CRAWL_API int crawl_gpa_should_sample(void);

@@ -58,6 +58,12 @@ cc -static-libgcc "$src/tests/install/consumer.c" -o "$work/pc_static" $(pkg-con
 cc "$src/tests/install/consumer_glue.c" -o "$work/pc_glue" \
    $(pkg-config --cflags --libs crawl-boehm crawl-ffi) -Wl,-rpath,"$libdir" || fail "pkg-config glue: no build"
 "$work/pc_glue" >/dev/null || fail "pkg-config glue consumer failed"
+# the GC roots contract's adapter through crawl/gcroots.h alone, where that
+# contract declared it (crawl/boehm.h has it too)
+printf '#include <crawl/gcroots.h>\n#include <gc/gc.h>\nint main(void)\n{\n    GC_INIT();\n    crawl_boehm_install();\n    GC_gcollect();\n    return 0;\n}\n' >"$work/roots_only.c"
+cc -Werror=implicit-function-declaration "$work/roots_only.c" -o "$work/roots_only" \
+   $(pkg-config --cflags --libs crawl-boehm) -Wl,-rpath,"$libdir" || fail "crawl_boehm_install through crawl/gcroots.h: no build"
+"$work/roots_only" || fail "crawl_boehm_install through crawl/gcroots.h failed"
 "$P/bin/crawlvm" "$work/t.crawl" >/dev/null || fail "moved crawlvm does not run"
 
 # the README's "Embedding crawl" example, as a reader copies it: it builds

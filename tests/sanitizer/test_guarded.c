@@ -359,6 +359,16 @@ static void test_sampling(void **state)
     for (int i = 0; i < 1000; i++)
         hits += crawl_gpa_should_sample();
     assert_int_equal(hits, 0);
+    /* a change of rate applies to this thread's next call (the countdown
+     * of the old rate, 0's million calls included, did not) */
+    assert_int_equal(crawl_sanitizer_set_options("gpa_sample_rate=1"), 0);
+    assert_int_equal(crawl_gpa_should_sample(), 1);
+    assert_int_equal(crawl_gpa_should_sample(), 1);
+    assert_int_equal(crawl_sanitizer_set_options("gpa_sample_rate=1000000"), 0);
+    (void)crawl_gpa_should_sample();     /* (a countdown of up to 2M calls) */
+    assert_int_equal(crawl_sanitizer_set_options("gpa_sample_rate=1"), 0);
+    assert_int_equal(crawl_gpa_should_sample(), 1);
+    assert_int_equal(crawl_sanitizer_set_options("gpa_sample_rate=0"), 0);
 }
 
 int main(void)
