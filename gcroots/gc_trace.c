@@ -252,6 +252,9 @@ typedef struct frames_ctx {
     size_t n, cap;
     uintptr_t above;                    /* frames at or below this sp are the caller's callees */
     long last_native;                   /* its cfa is the next native frame's sp */
+    crawl_regs *regs;                   /* the first native frame's registers, when asked */
+    char *caller;
+    size_t caller_len;
 } frames_ctx;
 
 static crawl_action each_frame(const crawl_cf *cf, void *arg)
@@ -273,6 +276,10 @@ static crawl_action each_frame(const crawl_cf *cf, void *arg)
     rec->script = script;
     if (native) {
         rec->sp = crawl_cf_sp(cf);
+        if (fc->regs && fc->last_native < 0 && crawl_cf_regs(cf)) {
+            *fc->regs = *crawl_cf_regs(cf);
+            crawl_cf_describe(cf, fc->caller, fc->caller_len);
+        }
         if (fc->last_native >= 0)
             fc->r[fc->last_native].cfa = rec->sp;
         fc->last_native = (long)fc->n;
@@ -286,6 +293,19 @@ size_t gc_stack_frames(gc_frame_rec **out, uintptr_t above)
 {
     frames_ctx fc = {.above = above, .last_native = -1};
     crawl_walk(each_frame, &fc, 0);
+    *out = fc.r;
+    return fc.n;
+}
+
+size_t gc_stack_frames_regs(gc_frame_rec **out, uintptr_t above, crawl_regs *regs,
+                            char *caller, size_t caller_len)
+{
+    memset(regs, 0, sizeof *regs);
+    frames_ctx fc = {.above = above, .last_native = -1, .regs = regs, .caller = caller,
+                     .caller_len = caller_len};
+    if (caller_len)
+        caller[0] = 0;
+    crawl_walk(each_frame, &fc, CRAWL_WALK_NO_CFI_CACHE);
     *out = fc.r;
     return fc.n;
 }

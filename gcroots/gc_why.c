@@ -2,6 +2,7 @@
  * trustworthy kind of root that reaches it. */
 #include <errno.h>
 #include <stdarg.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -24,6 +25,8 @@ typedef struct search {
     const gc_roots *roots;
     const gc_frame_rec *frames;
     size_t nframes;
+    crawl_regs regs;                    /* the caller's, at its call of crawl_gc_why */
+    const char *caller;                 /* its frame's description */
     source *src;
     size_t nsrc, capsrc;
     int kind;
@@ -73,6 +76,18 @@ GC_SCANS static void *GC_CALLBACK run_kind(void *arg)
     } else if (s->kind == FROM_STATIC) {
         gc_static_ranges(static_range, s);
     } else {
+        /* what the caller held in registers (in none of the frames' words:
+         * still in the register, or saved by crawl_gc_why's own frames) */
+        static const struct {
+            const char *name;
+            size_t at;
+        } regs[] = {{"rbx", offsetof(crawl_regs, bx)}, {"rbp", offsetof(crawl_regs, fp)},
+                    {"r12", offsetof(crawl_regs, r12)}, {"r13", offsetof(crawl_regs, r13)},
+                    {"r14", offsetof(crawl_regs, r14)}, {"r15", offsetof(crawl_regs, r15)}};
+        for (size_t i = 0; s->regs.sp && i < sizeof regs / sizeof regs[0]; i++)
+            add_source(s, 0, *(const uintptr_t *)((const char *)&s->regs + regs[i].at),
+                       "register %s of %s at its call of crawl_gc_why (scanned conservatively)",
+                       regs[i].name, s->caller);
         for (size_t f = 0; f < s->nframes; f++) {
             const gc_frame_rec *fr = &s->frames[f];
             if (fr->script || !fr->cfa)
@@ -143,10 +158,13 @@ int crawl_gc_why(const void *obj, int fd)
     gc_roots roots;
     gc_roots_capture(&roots, 0);
     search s = {.target = base, .found = -1, .roots = &roots};
-    s.nframes = gc_stack_frames((gc_frame_rec **)&s.frames,
-                                (uintptr_t)__builtin_frame_address(0));
+    char caller[200];
+    s.nframes = gc_stack_frames_regs((gc_frame_rec **)&s.frames,
+                                     (uintptr_t)__builtin_frame_address(0), &s.regs, caller,
+                                     sizeof caller);
+    s.caller = caller;
     static const char *const kinds[] = {"roots reported by Frames", "static data",
-                                        "words on this thread's stack"};
+                                        "this thread's stack and registers"};
     int rc = -1;
     fflush(out);
     for (s.kind = FROM_FRAMES; s.kind <= FROM_STACK; s.kind++) {
@@ -166,7 +184,9 @@ int crawl_gc_why(const void *obj, int fd)
     }
     if (rc < 0)
         fprintf(out, "why is %p alive: no root reaches it (Frames' roots, static data, this "
-                     "thread's stack)%s; the next collection may free it\n",
+                     "thread's stack and registers)%s: it is garbage the next collection may "
+                     "free, or freed already (GC_FREE), or held only where this search does "
+                     "not look (another thread's stack)\n",
                 obj, s.g.failed ? " — the search ran out of memory" : "");
     fflush(out);
     if (gc_obj_find(base, &e) && e.alloc_stack) {

@@ -136,14 +136,17 @@ CRAWL_API void crawl_gc_census(int fd);
 /* Why obj is alive: the shortest path from a root to it, each step with
  * the field offset, printed on fd. Roots in order of preference: slots
  * reported by Frames, then static data, then words on the calling thread's
- * stack (named by the native function whose frame holds them); a path
+ * stack (named by the native function whose frame holds them) and the
+ * callee-saved registers its caller held at the call (rbx, rbp, r12-r15,
+ * recovered through libunwind); not other threads' stacks. A path
  * from an earlier kind wins over a shorter one from a later. Heap objects
  * are traced conservatively (every word that points into the heap), or by
  * the trace registered for their kind (crawl_gc_set_trace); pointer-free
  * objects are not traced. Returns the
  * path length (0: obj is itself a root's value), or -1: no root reaches
- * it, it was collected, or it is NULL or outside the GC heap (a line on fd
- * says which). Runs one collection (not for bad input). Allocates (malloc
+ * it (garbage, freed with GC_FREE, or held only where the search does not
+ * look), it was collected, or it is NULL or outside the GC heap (a line on
+ * fd says which). Runs one collection (not for bad input). Allocates (malloc
  * for the search, a stdio stream on a dup of fd; symbolization). */
 CRAWL_API int crawl_gc_why(const void *obj, int fd);
 

@@ -255,6 +255,56 @@ NOINLINE static void why_paths(void)
     gc_diag_global = NULL;
 }
 
+/* int why_in_rbx(const void *unused, int fd): crawl_gc_why(p, fd) of a
+ * fresh 32-byte object p that its caller holds in rbx alone (in no word
+ * of any frame that the search scans: crawl_gc_why's own frames save it).
+ * In assembly, so that no compiler keeps a copy on the stack. */
+__asm__(".text\n"
+        ".type why_in_rbx, @function\n"
+        "why_in_rbx:\n"
+        ".cfi_startproc\n"
+        "push %rbx\n"
+        ".cfi_def_cfa_offset 16\n"
+        ".cfi_offset %rbx, -16\n"
+        "push %r12\n"
+        ".cfi_def_cfa_offset 24\n"
+        ".cfi_offset %r12, -24\n"
+        "sub $8, %rsp\n"
+        ".cfi_def_cfa_offset 32\n"
+        "mov %esi, %r12d\n"
+        "mov $32, %edi\n"
+        "call crawl_gc_malloc@PLT\n"
+        "mov %rax, %rbx\n"
+        "mov %rax, %rdi\n"
+        "mov %r12d, %esi\n"
+        "call crawl_gc_why@PLT\n"
+        "add $8, %rsp\n"
+        ".cfi_def_cfa_offset 24\n"
+        "pop %r12\n"
+        ".cfi_def_cfa_offset 16\n"
+        "pop %rbx\n"
+        ".cfi_def_cfa_offset 8\n"
+        "ret\n"
+        ".cfi_endproc\n"
+        ".size why_in_rbx, .-why_in_rbx\n");
+int why_in_rbx(const void *unused, int fd);
+
+/* An object the caller holds only in a callee-saved register is alive
+ * (Boehm scans registers): why names the register (it said "no root
+ * reaches it; the next collection may free it"). */
+NOINLINE static void why_register(void)
+{
+    int rc;
+    const char *out = capture_fd(why_in_rbx, NULL, &rc);
+    assert_int_equal(rc, 0);
+    t_expect_lines(out, (const char *const[]){
+        "^why is 0x[0-9a-f]+ \\(32 bytes\\) alive: reached from this thread's stack and "
+        "registers, 0 steps:$",
+        "^  root: register rbx of .*why_in_rbx.* at its call of crawl_gc_why \\(scanned "
+        "conservatively\\)$",
+        NULL});
+}
+
 /* A precise trace for Boehm's normal kind that knows only field[0]: why
  * then follows that field, and no longer field[2]. */
 static void first_field_only(const void *o, size_t size, crawl_gc_visit_fn visit, void *ctx)
@@ -290,6 +340,7 @@ static void test_why(void **state)
 {
     (void)state;
     why_paths();
+    why_register();
     precise_trace();
     int rc;
     const char *out = capture_fd(why, NULL, &rc);
