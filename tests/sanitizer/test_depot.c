@@ -318,6 +318,13 @@ static void test_capture_memo_keeps_ids_apart(void **state)
 
 /* ---- the byte budget (last: it leaves the depot full) --------------------------------- */
 
+static char report_text[4096];
+static void keep_report(const char *text, void *ctx)
+{
+    (void)ctx;
+    snprintf(report_text, sizeof report_text, "%s", text);
+}
+
 static void test_budget(void **state)
 {
     (void)state;
@@ -347,6 +354,17 @@ static void test_budget(void **state)
     assert_int_equal(crawl_depot_put(kept, 2), kept_id);
     const uintptr_t *w;
     assert_int_equal(crawl_depot_get(kept_id, &w), 2);
+    /* a report's missing stack says the budget refused stacks, and how many */
+    crawl_set_report_callback(keep_report, NULL);
+    assert_int_equal(crawl_sanitizer_set_options("halt_on_error=0"), 0);
+    crawl_report *r = crawl_report_begin();
+    crawl_report_trace(r, 0);
+    crawl_report_end(r);
+    crawl_set_report_callback(NULL, NULL);
+    char want[96];
+    snprintf(want, sizeof want, "    <stack not recorded (the depot's budget has refused %lu)>\n",
+             after.drops);
+    assert_non_null(strstr(report_text, want));
 }
 
 int main(void)
