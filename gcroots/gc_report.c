@@ -111,6 +111,10 @@ __attribute__((noinline)) static void report_access(const char *kind, const void
                         size, a, t < 0 ? 0 : t);
     crawl_report_stack(r, 2);            /* from crawl_gc_check's caller */
     crawl_report_printf(r, "\n");
+    /* an access that runs past the end: located by its first bad byte, as
+     * the checked heap and AddressSanitizer do */
+    if (e->state == GC_OBJ_LIVE && a < base + e->size)
+        a = base + e->size;
     if (a >= base + e->size)
         crawl_report_printf(r, "0x%lx is located %lu bytes after %zu-byte object [0x%lx,0x%lx)\n",
                             a, a - base - e->size, e->size, base, base + e->size);

@@ -80,7 +80,10 @@ CRAWL_API void crawl_gc_collect(void);
 /* Check an access of size bytes at p: 0 when it is fine or p is not in
  * the GC heap (NULL included: nothing to check); otherwise a report
  * (use-after-collect for a collected object, heap-buffer-overflow past an
- * object crawl_gc_malloc returned) and 1. Allocates nothing for an access
+ * object crawl_gc_malloc returned: located by its first bad byte) and 1.
+ * The objects checked are those crawl records: crawl_gc_malloc's while
+ * gc_alloc_stacks=1 or gc_poison_collected=1 is on (with their requested
+ * size); with neither, every access is 0. Allocates nothing for an access
  * that is fine; a report symbolizes (libdw allocates), and problems
  * verifying collections found are reported first (malloc). */
 CRAWL_API int crawl_gc_check(const void *p, size_t size, int is_write);

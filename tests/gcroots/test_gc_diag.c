@@ -731,7 +731,16 @@ static void test_check_bounds_and_bad_input(void **state)
     t_expect_lines(reports, (const char *const[]){
         "ERROR: AddressSanitizer: heap-buffer-overflow on address 0x[0-9a-f]+$",
         "^    #0 0x[0-9a-f]+ in test_check_bounds_and_bad_input ",
-        "is located 16 bytes inside of 20-byte object", NULL});
+        "is located 0 bytes after 20-byte object", NULL});   /* its first bad byte */
+    char at[64];
+    snprintf(at, sizeof at, "\n%p is located 0 bytes after", (void *)((char *)o + 20));
+    assert_non_null(strstr(reports, at));
+    /* with neither gc_alloc_stacks nor gc_poison_collected, crawl records no
+     * object: nothing is checked (as boehm.h says) */
+    assert_int_equal(crawl_sanitizer_set_options("gc_alloc_stacks=0"), 0);
+    obj *plain = crawl_gc_malloc(20);
+    assert_int_equal(crawl_gc_check((char *)plain + 16, 8, 0), 0);
+    assert_int_equal(crawl_sanitizer_set_options("gc_alloc_stacks=1"), 0);
     assert_int_equal(crawl_gc_alloc_stack(NULL), 0);
     assert_int_equal(crawl_gc_census_each(NULL, NULL), 0);
 }
