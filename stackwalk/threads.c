@@ -469,7 +469,7 @@ int sw_on_signal_run(int sig, void (*fn)(void *), void *arg)
 {
     if (sig <= 0 || sig >= NSIG || sig == SIGKILL || sig == SIGSTOP || !fn)
         return -EINVAL;
-    pthread_mutex_lock(&workers_lock);
+    crawl__lock(&workers_lock);          /* (busy: pthread_create's allocations are crawl's own) */
     int rc = 0, slot = -1;
     for (int i = 0; i < MAX_SIGNAL_WORKERS && slot < 0; i++)
         if (workers[i].sig == sig || workers[i].sig == 0)
@@ -521,7 +521,7 @@ int sw_on_signal_run(int sig, void (*fn)(void *), void *arg)
     if (sigaction(sig, &sa, NULL) != 0)
         rc = -errno;
 out:
-    pthread_mutex_unlock(&workers_lock);
+    crawl__unlock(&workers_lock);
     return rc;
 }
 

@@ -262,6 +262,10 @@ grep -Eq 'warm-cache [^;]*heap.crawl:[0-9]+;load-page [^;]*heap.crawl:[0-9]+;(vm
     "$work/vm.folded" && ok || { bad "crawlvm's profile lacks the script frames"; cat "$work/vm.folded"; }
 grep -Eq 'intern-name [^;]*;(vm_call_native;)?vm_call_ffi;.*strdup;malloc' "$work/vm.folded" && ok ||
     bad "crawlvm's profile lacks strdup called from the script through the FFI"
+# crawl's own allocations are not the program's: the thread dump's helper
+# thread (its TLS, calloc'ed by pthread_create) was in every profile
+! grep -E 'sw_on_signal_run|crawl_install_thread_dump' "$work/vm.folded" && ok ||
+    bad "crawlvm's profile holds crawl's own helper thread's allocation"
 # with -e, the first allocations are GC_init's, inside pthread_getattr_np:
 # recording them attached the main thread there, and crawlvm hung
 timeout -s KILL 20 "$crawlvm" --heap-profile "$work/vm_e.txt" -e '(print (+ 40 2))' \
