@@ -294,12 +294,14 @@ static int store(uintptr_t *p, uintptr_t value, const struct dl_phdr_info *info)
     return 0;
 }
 
-/* Never hooked: crawl's own library and the preload (the hooks must reach
- * the real functions), and the dynamic loader. */
-static int excluded(const char *path)
+/* Never hooked: crawl's own module and the preload (the hooks must reach
+ * the real functions), and the dynamic loader. crawl's own is the one that
+ * holds h_malloc (dladdr takes the loader's lock: inside dl_iterate_phdr,
+ * which holds its write lock, that deadlocked against a dlopen, which
+ * takes the two the other way round). */
+static int excluded(const struct dl_phdr_info *info, const char *path)
 {
-    Dl_info self;
-    if (dladdr((void *)h_malloc, &self) && self.dli_fname && strcmp(self.dli_fname, path) == 0)
+    if (covers(info, (const void *)(uintptr_t)h_malloc))
         return 1;
     const char *base = strrchr(path, '/');
     base = base ? base + 1 : path;
@@ -317,14 +319,25 @@ static void hook_module(struct dl_phdr_info *info)
         exe[k] = '\0';
         path = exe;
     }
-    if (excluded(path) || regexec(&include_re, path, 0, NULL, 0) != 0 ||
+    if (excluded(info, path) || regexec(&include_re, path, 0, NULL, 0) != 0 ||
         (have_ignore && regexec(&ignore_re, path, 0, NULL, 0) == 0))
         return;
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0)
         return;
     Elf *elf = elf_begin(fd, ELF_C_READ, NULL);
+    /* its PLT: where a lazily bound entry points until its first call */
+    uintptr_t plt[2][2] = {{0, 0}, {0, 0}};
+    size_t shstr;
     Elf_Scn *scn = NULL;
+    while (elf && elf_getshdrstrndx(elf, &shstr) == 0 && (scn = elf_nextscn(elf, scn)) != NULL) {
+        GElf_Shdr sh;
+        const char *name = gelf_getshdr(scn, &sh) ? elf_strptr(elf, shstr, sh.sh_name) : NULL;
+        int k = !name ? -1 : strcmp(name, ".plt") == 0 ? 0 : strcmp(name, ".plt.sec") == 0 ? 1 : -1;
+        if (k >= 0)
+            plt[k][0] = info->dlpi_addr + sh.sh_addr, plt[k][1] = plt[k][0] + sh.sh_size;
+    }
+    scn = NULL;
     while (elf && (scn = elf_nextscn(elf, scn)) != NULL) {
         GElf_Shdr sh;
         if (!gelf_getshdr(scn, &sh) || sh.sh_type != SHT_RELA)
@@ -354,6 +367,13 @@ static void hook_module(struct dl_phdr_info *info)
                 uintptr_t old = __atomic_load_n(at, __ATOMIC_RELAXED);
                 if (old == (uintptr_t)table[f].hook)
                     break;               /* (listed twice) */
+                /* the hook forwards to the process's function: an entry
+                 * bound to another (RTLD_DEEPBIND, an allocator of the
+                 * module's own) is left as it is; a lazy one not yet
+                 * bound (its PLT) would bind to the process's */
+                if (old != (uintptr_t)real[f] && !(old - plt[0][0] < plt[0][1] - plt[0][0]) &&
+                    !(old - plt[1][0] < plt[1][1] - plt[1][0]))
+                    break;
                 if (store(at, (uintptr_t)table[f].hook, info) == 0)
                     slots[nslots++] = (slot){at, old, (uintptr_t)table[f].hook};
                 break;

@@ -255,14 +255,22 @@ static inline __attribute__((always_inline)) void crawl_heap_profile_on_free(con
  * async-signal-safe. Allocates (the regexes, libelf reading the modules'
  * files, the list of entries written: malloc). Limits: a dlopen made
  * through the hook resolves a relative name with libcrawl's search path,
- * not its caller's. */
+ * not its caller's. An entry bound to another definition than the
+ * process's (a module loaded RTLD_DEEPBIND with an allocator of its own)
+ * is left unhooked, but one such module's lazily bound entries, not yet
+ * called, are hooked and reach the process's; a function the process
+ * does not define (operator new in a C program that dlopened a C++
+ * library RTLD_LOCAL) is not hooked in any module. */
 CRAWL_API int crawl_heap_hooks_install(const char *include, const char *ignore);
 /* Put back every GOT entry written, exactly its old value. Entries of
  * modules unloaded meanwhile are skipped, and so is any entry that no
  * longer holds crawl's hook (another module loaded at that address since:
  * its memory is left alone). A hooked module unloaded and loaded again is
- * hooked again at the next scan (install, a hooked dlopen). Thread-safe;
- * not async-signal-safe (a lock, dl_iterate_phdr); allocates nothing. */
+ * hooked again at the next scan (install, a hooked dlopen). Frees made
+ * after it are not seen: what was recorded while installed stays live in
+ * the profile and the leak check until crawl_heap_profile_stop or a later
+ * install's free of it. Thread-safe; not async-signal-safe (a lock,
+ * dl_iterate_phdr); allocates nothing. */
 CRAWL_API void crawl_heap_hooks_uninstall(void);
 /* How many GOT entries point at crawl's hooks now (those of modules
  * unloaded since are forgotten). Thread-safe; not async-signal-safe (a

@@ -12,6 +12,8 @@
 
 #include <dlfcn.h>
 #include <link.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <string.h>
 #include <errno.h>
 #include <stdio.h>
@@ -309,6 +311,63 @@ static void test_mapping_hooks(void **state)
     dlclose(a.h);
 }
 
+/* Install and uninstall while another thread loads and unloads a library:
+ * install read its own library's name with dladdr (the loader's lock)
+ * inside dl_iterate_phdr (its write lock), the two locks dlopen takes the
+ * other way round: it hung at once. SIGALRM ends a hang. */
+static atomic_int loading;
+
+static void *load_unload(void *arg)
+{
+    (void)arg;
+    while (atomic_load(&loading)) {
+        void *h = dlopen(PLT_LIB_OTHER, RTLD_NOW | RTLD_LOCAL);
+        if (h)
+            dlclose(h);
+    }
+    return NULL;
+}
+
+static void test_install_beside_dlopen(void **state)
+{
+    (void)state;
+    atomic_store(&loading, 1);
+    pthread_t t;
+    assert_int_equal(pthread_create(&t, NULL, load_unload, NULL), 0);
+    alarm(60);
+    for (int i = 0; i < 2000; i++) {
+        assert_int_equal(crawl_heap_hooks_install("no-such-module", NULL), 0);
+        crawl_heap_hooks_uninstall();
+    }
+    alarm(0);
+    atomic_store(&loading, 0);
+    assert_int_equal(pthread_join(t, NULL), 0);
+}
+
+/* A module whose GOT binds malloc and free to its own (RTLD_DEEPBIND, and
+ * an allocator of its own) keeps them: the hooks forward to the process's,
+ * so that module is left unhooked (free of its pointer crashed in glibc). */
+static void test_own_binding_left_alone(void **state)
+{
+    (void)state;
+    void *h = dlopen(PLT_LIB_OWN, RTLD_NOW | RTLD_LOCAL | RTLD_DEEPBIND);
+    assert_non_null(h);
+    void *(*own_alloc)(size_t) = (void *(*)(size_t))dlsym(h, "plt_own_alloc");
+    void (*own_free)(void *) = (void (*)(void *))dlsym(h, "plt_own_free");
+    assert_non_null(own_alloc);
+    assert_non_null(own_free);
+    void *p = own_alloc(100);
+    assert_non_null(p);
+    assert_int_equal(crawl_heap_hooks_install("plt_own", NULL), 0);
+    assert_int_equal(crawl_heap_hooks_count(), 0);     /* both its entries are its own */
+    own_free(p);                                       /* its own free, not glibc's */
+    void *q = own_alloc(100);
+    assert_true((char *)q == (char *)p + 112);         /* its bump allocator's next block */
+    own_free(q);
+    crawl_heap_hooks_uninstall();
+    dlclose(h);
+}
+
 static void test_bad_arguments(void **state)
 {
     (void)state;
@@ -328,6 +387,8 @@ int main(void)
         cmocka_unit_test(test_reloaded_module_is_hooked_again),
         cmocka_unit_test(test_uninstall_spares_whatever_took_the_place),
         cmocka_unit_test(test_mapping_hooks),
+        cmocka_unit_test(test_install_beside_dlopen),
+        cmocka_unit_test(test_own_binding_left_alone),
         cmocka_unit_test(test_bad_arguments),
     };
     return cmocka_run_group_tests_name("plt_hooks", tests, NULL, NULL);
