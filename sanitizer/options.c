@@ -192,16 +192,9 @@ static int parse(const char *s, san_options *o, int *want_help)
         }
 #undef KEY
     }
-    /* values a range cannot say: signals no handler can catch, those a
-     * fault raises (a crash would write the profile and fault again, for
-     * ever), and glibc's own two (SIGCANCEL, SIGSETXID: no handler) */
-    static const unsigned refused[] = {SIGKILL, SIGSTOP, SIGILL, SIGTRAP, SIGABRT, SIGBUS,
-                                       SIGFPE,  SIGSEGV, SIGSYS, 32,      33};
-    int bad_signal = 0;
-    for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++)
-        bad_signal |= o->heap_profile_signal == refused[i];
-    /* and crawl's own walk signal (other threads' walks, the leak check) */
-    bad_signal |= o->heap_profile_signal && (int)o->heap_profile_signal == sw_walk_signal_now();
+    /* values a range cannot say (sw_signal_refused: the signals no handler
+     * can catch, those a fault raises, glibc's own, crawl's walk signal) */
+    int bad_signal = o->heap_profile_signal && sw_signal_refused((int)o->heap_profile_signal);
     if (bad_signal) {
         char item[40];
         int n = snprintf(item, sizeof item, "heap_profile_signal=%u", o->heap_profile_signal);

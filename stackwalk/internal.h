@@ -409,6 +409,12 @@ void sw_gdb_jit_remove(uintptr_t start);
 /* threads.c: on signal sig, fn(arg) runs on a helper thread that takes no
  * signal (the handler writes a byte to a pipe). 0 or a negative errno. */
 int sw_on_signal_run(int sig, void (*fn)(void *), void *arg);
+/* 1 for a signal no helper may take (sw_on_signal_run refuses it with
+ * -EINVAL): one no handler can catch, one a fault raises (a crash would
+ * run the work and fault again, for ever), glibc's own two (SIGCANCEL,
+ * SIGSETXID), crawl's walk signal (other threads' walks would then never
+ * answer). */
+int sw_signal_refused(int sig);
 /* Signals taken whose work fn (given to sw_on_signal_run) has not
  * finished yet: queued or running. Async-signal-safe (loads). */
 int sw_signal_work_pending(void (*fn)(void *));

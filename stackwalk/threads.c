@@ -465,9 +465,21 @@ int sw_signal_work_pending(void (*fn)(void *))
     return n;
 }
 
+int sw_signal_refused(int sig)
+{
+    static const int refused[] = {SIGKILL, SIGSTOP, SIGILL, SIGTRAP, SIGABRT, SIGBUS,
+                                  SIGFPE,  SIGSEGV, SIGSYS, 32,      33};
+    if (sig <= 0 || sig >= NSIG || sig == sw_walk_signal_now())
+        return 1;
+    for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++)
+        if (sig == refused[i])
+            return 1;
+    return 0;
+}
+
 int sw_on_signal_run(int sig, void (*fn)(void *), void *arg)
 {
-    if (sig <= 0 || sig >= NSIG || sig == SIGKILL || sig == SIGSTOP || !fn)
+    if (sw_signal_refused(sig) || !fn)
         return -EINVAL;
     crawl__lock(&workers_lock);          /* (busy: pthread_create's allocations are crawl's own) */
     int rc = 0, slot = -1;

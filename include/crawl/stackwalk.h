@@ -172,7 +172,11 @@ CRAWL_API int crawl_set_walk_signal(int sig);
 CRAWL_API int crawl_print_all_threads(int fd, unsigned flags);
 /* Opt-in: on signal sig (SIGQUIT, as the JVM), a helper thread (which
  * takes no signal itself) writes crawl_print_all_threads to fd. The
- * handler only writes a byte to a pipe. 0 or a negative errno value.
+ * handler only writes a byte to a pipe. 0 or a negative errno value:
+ * -EINVAL for fd < 0 and for a signal it cannot take: SIGKILL, SIGSTOP,
+ * those a fault raises (SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGTRAP, SIGSYS,
+ * SIGABRT: a crash would dump and fault again, for ever), glibc's 32 and
+ * 33, and crawl's walk signal (crawl_set_walk_signal).
  * The helper thread does not survive fork: in a child the signal does
  * nothing until the child installs the dump again. Thread-safe (a lock);
  * not async-signal-safe; allocates: the helper thread (pthread_create),

@@ -626,6 +626,13 @@ static void test_dump_on_signal(void **state)
     worker w;
     start(&w, 0);
     FILE *f = tmpfile();
+    /* signals a fault raises, and the walk signal, are refused: a SIGSEGV
+     * dump wrote dumps for ever, and one on the walk signal made every
+     * other thread's walk time out */
+    static const int refused[] = {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGTRAP, SIGABRT, SIGKILL};
+    for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++)
+        assert_int_equal(crawl_install_thread_dump(refused[i], fileno(f)), -EINVAL);
+    assert_int_equal(crawl_install_thread_dump(SIGRTMIN + 3, fileno(f)), -EINVAL);   /* the default walk signal */
     assert_int_equal(crawl_install_thread_dump(SIGQUIT, fileno(f)), 0);
     raise(SIGQUIT);
     char *out = NULL;
