@@ -118,13 +118,24 @@ static void restart_with_preload(char **argv)
         fprintf(stderr, "crawlvm: --heap-profile: CRAWL_OPTIONS were refused\n");
         return;
     }
-    char preload[8192], options[4096];
-    snprintf(preload, sizeof preload, "%s%s%s", path, pre && *pre ? ":" : "", pre ? pre : "");
-    snprintf(options, sizeof options, "%s%sheap_profile=1", opts ? opts : "",
-             opts && *opts ? ":" : "");
-    setenv("LD_PRELOAD", preload, 1);
-    setenv("CRAWL_OPTIONS", options, 1);
-    setenv("CRAWLVM_HEAP_PROFILE_RESTARTED", "1", 1);
+    char preload[8192], options[8192];
+    int np = snprintf(preload, sizeof preload, "%s%s%s", path, pre && *pre ? ":" : "",
+                      pre ? pre : "");
+    int no = snprintf(options, sizeof options, "%s%sheap_profile=1", opts ? opts : "",
+                      opts && *opts ? ":" : "");
+    if (np < 0 || (size_t)np >= sizeof preload || no < 0 || (size_t)no >= sizeof options) {
+        fprintf(stderr, "crawlvm: --heap-profile: LD_PRELOAD or CRAWL_OPTIONS is too long "
+                        "(%zu bytes at most)\n", sizeof options - 1);
+        return;
+    }
+    /* (the marker first: without it, a restart that lost the others would
+     * restart again, for ever) */
+    if (setenv("CRAWLVM_HEAP_PROFILE_RESTARTED", "1", 1) != 0 ||
+        setenv("LD_PRELOAD", preload, 1) != 0 || setenv("CRAWL_OPTIONS", options, 1) != 0) {
+        fprintf(stderr, "crawlvm: --heap-profile: cannot set the environment: %s\n",
+                strerror(errno));
+        return;
+    }
     execv("/proc/self/exe", argv);
     fprintf(stderr, "crawlvm: --heap-profile: cannot restart: %s\n", strerror(errno));
 }

@@ -285,6 +285,14 @@ rc=$?
     [ ! -s "$work/out" ] && [ ! -e "$work/vm_bad.txt" ] && ok ||
     { bad "crawlvm --heap-profile with bad CRAWL_OPTIONS exits $rc"; cat "$work/err"; }
 
+# CRAWL_OPTIONS too long to add heap_profile=1 to: said, not cut (the
+# restarted program then did not record, and said only that)
+long=$(awk 'BEGIN { for (i = 0; i < 600; i++) printf "halt_on_error=1:"; printf "halt_on_error=1" }')
+CRAWL_OPTIONS=$long "$crawlvm" --heap-profile "$work/vm_long.txt" -e '(print 1)' >"$work/out" 2>"$work/err"
+rc=$?
+[ $rc -eq 2 ] && grep -q 'crawlvm: --heap-profile: LD_PRELOAD or CRAWL_OPTIONS is too long' "$work/err" &&
+    [ ! -s "$work/out" ] && ok || { bad "crawlvm --heap-profile with long CRAWL_OPTIONS exits $rc"; cat "$work/err"; }
+
 # crawlvm --profile: the CPU profile's pprof file, read back by go tool pprof
 "$crawlvm" --profile "$work/cpu.pb.gz" -e '(define i 0) (define (inner) (set! i (+ i 1)))
  (define (spin) (while (< i 20000000) (inner))) (spin)' >/dev/null 2>"$work/err"
