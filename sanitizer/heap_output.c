@@ -88,9 +88,54 @@ static void json_str(ho_out *o, const char *s)
 
 /* ---- strings and frames -------------------------------------------------------------------- */
 
-/* Interned strings: id 0 is "". */
+/* The length of the valid UTF-8 sequence s starts with, or 0 (RFC 3629:
+ * no overlong forms, no surrogates, nothing past U+10FFFF) */
+static size_t utf8_seq(const unsigned char *s)
+{
+    unsigned c = s[0];
+    if (c < 0x80)
+        return 1;
+    size_t n = c >= 0xc2 && c <= 0xdf ? 2 : c >= 0xe0 && c <= 0xef ? 3 : c >= 0xf0 && c <= 0xf4 ? 4 : 0;
+    unsigned lo = c == 0xe0 ? 0xa0 : c == 0xf0 ? 0x90 : 0x80;
+    unsigned hi = c == 0xed ? 0x9f : c == 0xf4 ? 0x8f : 0xbf;
+    if (!n || s[1] < lo || s[1] > hi)
+        return 0;
+    for (size_t i = 2; i < n; i++)
+        if ((s[i] & 0xc0) != 0x80)
+            return 0;
+    return n;
+}
+
+/* Interned strings: id 0 is "". Every string is made valid UTF-8 (each
+ * byte of an invalid sequence becomes U+FFFD), as the outputs declare or
+ * require it: the SVG's encoding="UTF-8", JSON, pprof's string table. */
 unsigned ho_intern(ho_profile *p, const char *s)
 {
+    size_t len = 0, bad = 0;
+    for (const unsigned char *c = (const unsigned char *)s; *c;) {
+        size_t n = utf8_seq(c);
+        bad += !n;
+        c += n ? n : 1;
+        len += n ? n : 1;
+    }
+    if (bad) {
+        char *fixed = malloc(len + 2 * bad + 1);
+        if (!fixed)
+            return 0;
+        char *w = fixed;
+        for (const unsigned char *c = (const unsigned char *)s; *c;) {
+            size_t n = utf8_seq(c);
+            if (n) {
+                memcpy(w, c, n), w += n, c += n;
+            } else {
+                memcpy(w, "\xef\xbf\xbd", 3), w += 3, c++;
+            }
+        }
+        *w = 0;
+        unsigned id = ho_intern(p, fixed);
+        free(fixed);
+        return id;
+    }
     uint64_t h = 1469598103934665603ULL;
     for (const char *c = s; *c; c++)
         h = (h ^ (unsigned char)*c) * 1099511628211ULL;

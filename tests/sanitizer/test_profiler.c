@@ -7,6 +7,7 @@
 #include <crawl/profiler.h>
 
 #include <errno.h>
+#include <locale.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdint.h>
@@ -86,7 +87,7 @@ static void test_profile(void **state)
     assert_int_equal(crawl_profiler_start(1000), -EBUSY);
     pthread_t t;
     assert_int_equal(pthread_create(&t, NULL, late_thread, NULL), 0);
-    scripted("main_worker", 0.6);
+    scripted("main_worker\xff", 0.6);   /* not UTF-8: U+FFFD in the outputs */
     pthread_join(t, NULL);
     assert_int_equal(crawl_profiler_stop(), 0);
     assert_int_equal(crawl_profiler_stop(), -EINVAL);
@@ -100,13 +101,24 @@ static void test_profile(void **state)
      * 50 Hz' worth. */
     assert_true(st.samples >= 60);
 
+    /* every output valid UTF-8 (the SVG declares it; JSON and pprof's
+     * strings require it): the raw byte made the SVG ill-formed XML */
+    assert_non_null(setlocale(LC_CTYPE, "C.UTF-8"));
+    static const crawl_heap_format all[] = {CRAWL_HEAP_FOLDED, CRAWL_HEAP_SVG, CRAWL_HEAP_JSON,
+                                            CRAWL_HEAP_TEXT};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) {
+        char *o = output(all[i]);
+        assert_true(mbstowcs(NULL, o, 0) != (size_t)-1);
+        free(o);
+    }
+    setlocale(LC_CTYPE, "C");
     char *folded = output(CRAWL_HEAP_FOLDED);
     unsigned long sum = 0, main_w = 0, late_w = 0;
     char *save = NULL;
     for (char *line = strtok_r(folded, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
         unsigned long n = strtoul(strrchr(line, ' ') + 1, NULL, 10);
         sum += n;
-        if (strstr(line, "scripted;main_worker at work.script:3;burn"))
+        if (strstr(line, "scripted;main_worker\xef\xbf\xbd at work.script:3;burn"))
             main_w += n;
         if (strstr(line, "late_thread;scripted;late_worker at work.script:3;burn"))
             late_w += n;
@@ -130,7 +142,7 @@ static void test_profile(void **state)
     free(pb);
     char *text = output(CRAWL_HEAP_TEXT);
     assert_non_null(strstr(text, "crawl CPU profile (pid "));
-    assert_non_null(strstr(text, "in main_worker at work.script:3"));
+    assert_non_null(strstr(text, "in main_worker\xef\xbf\xbd at work.script:3"));
     free(text);
 }
 
