@@ -69,9 +69,33 @@ static void on_sigprof(int sig, siginfo_t *si, void *uc)
     errno = saved;
 }
 
+/* The timers of threads that have exited are deleted (under prof_lock):
+ * a thread's own tid, the kernel's answer to tgkill(tid, 0). A tid
+ * reused since by a thread that attaches is start_timer_for's. */
+static void prune_timers(void)
+{
+    unsigned k = 0;
+    pid_t pid = getpid();
+    for (unsigned i = 0; i < ntimers; i++) {
+        if (syscall(SYS_tgkill, pid, timers[i].tid, 0) != 0 && errno == ESRCH)
+            timer_delete(timers[i].timer);
+        else
+            timers[k++] = timers[i];
+    }
+    ntimers = k;
+}
+
 /* A timer on the calling thread's CPU clock (under prof_lock). */
 static int start_timer_for(pid_t tid)
 {
+    for (unsigned i = 0; i < ntimers; i++)
+        if (timers[i].tid == tid) {      /* an exited thread's tid, reused */
+            timer_delete(timers[i].timer);
+            timers[i] = timers[--ntimers];
+            break;
+        }
+    if (ntimers == MAX_TIMERS)
+        prune_timers();
     if (ntimers == MAX_TIMERS)
         return -ENOSPC;
     struct sigevent ev;

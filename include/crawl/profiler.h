@@ -39,7 +39,8 @@ CRAWL_API int crawl_profiler_stop(void);
 typedef struct crawl_profiler_stats {
     unsigned long samples;              /* walked and counted */
     unsigned long failed;               /* signals whose walk gave nothing (an unattached thread) */
-    unsigned threads;                   /* timers started */
+    unsigned threads;                   /* timers held: one per attached thread, and those of
+                                           exited threads until 4096 are held (then deleted) */
 } crawl_profiler_stats;
 /* The counts now; out must not be NULL. Thread-safe (the profiler's lock);
  * not async-signal-safe (that lock); allocates nothing. */

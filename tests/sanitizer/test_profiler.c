@@ -182,12 +182,53 @@ static void test_two_starts_at_once(void **state)
     }
 }
 
+/* Threads that attach and exit: their timers go with them. The table of
+ * 4096 timers kept every exited thread's, and a thread attaching after
+ * 4096 had come and gone was never sampled. */
+static void *attach_and_go(void *arg)
+{
+    (void)arg;
+    crawl_thread_attach();
+    return NULL;
+}
+
+static void *after_churn(void *arg)
+{
+    (void)arg;
+    crawl_thread_attach();
+    scripted("after_churn", 0.4);
+    crawl_thread_detach();
+    return NULL;
+}
+
+static void test_exited_threads_timers(void **state)
+{
+    (void)state;
+    assert_int_equal(crawl_profiler_start(1000), 0);
+    for (int i = 0; i < 5000; i++) {
+        pthread_t t;
+        assert_int_equal(pthread_create(&t, NULL, attach_and_go, NULL), 0);
+        assert_int_equal(pthread_join(t, NULL), 0);
+    }
+    pthread_t t;
+    assert_int_equal(pthread_create(&t, NULL, after_churn, NULL), 0);
+    assert_int_equal(pthread_join(t, NULL), 0);
+    assert_int_equal(crawl_profiler_stop(), 0);
+    crawl_profiler_stats st;
+    crawl_profiler_get_stats(&st);
+    print_message("timers running %u, samples %lu\n", st.threads, st.samples);
+    char *folded = output(CRAWL_HEAP_FOLDED);
+    assert_non_null(strstr(folded, "after_churn at work.script:3;burn"));
+    free(folded);
+}
+
 int main(void)
 {
     crawl_thread_attach();
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_profile),
         cmocka_unit_test(test_two_starts_at_once),
+        cmocka_unit_test(test_exited_threads_timers),
     };
     return cmocka_run_group_tests_name("profiler", tests, NULL, NULL);
 }
