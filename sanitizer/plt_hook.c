@@ -21,6 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #include "sanitizer/heap_profile_internal.h"
@@ -277,13 +278,26 @@ static int covers(const struct dl_phdr_info *info, const void *p)
     return segment_of(info, p, PT_LOAD) != NULL;
 }
 
-/* Write value at p (a GOT entry), making a read-only page writable for it. */
+/* 1 if the page of p is writable now: process_vm_writev of its own value
+ * (the kernel refuses a read-only mapping with EFAULT). A module dlopen is
+ * still relocating is listed already, its RELRO pages not yet read-only:
+ * made read-only after our store, the loader's next relocation there would
+ * fault. Where the call is not allowed (ENOSYS, EPERM), 0: as before. */
+static int page_writable(uintptr_t *p)
+{
+    uintptr_t v = __atomic_load_n(p, __ATOMIC_RELAXED);
+    struct iovec local = {&v, sizeof v}, remote = {p, sizeof v};
+    return process_vm_writev(getpid(), &local, 1, &remote, 1, 0) == (ssize_t)sizeof v;
+}
+
+/* Write value at p (a GOT entry), making a read-only page writable for it,
+ * and read-only again after (a page found writable stays so). */
 static int store(uintptr_t *p, uintptr_t value, const struct dl_phdr_info *info)
 {
     long page = sysconf(_SC_PAGESIZE);
     uintptr_t lo = (uintptr_t)p & ~(uintptr_t)(page - 1);
     const ElfW(Phdr) *ph = segment_of(info, p, PT_GNU_RELRO);
-    int relro = ph != NULL;
+    int relro = ph != NULL && !page_writable(p);
     int whole = ph && lo + (uintptr_t)page <= info->dlpi_addr + ph->p_vaddr + ph->p_memsz;
     if (relro && mprotect((void *)lo, (size_t)page, PROT_READ | PROT_WRITE) != 0)
         return -errno;

@@ -368,6 +368,75 @@ static void test_own_binding_left_alone(void **state)
     dlclose(h);
 }
 
+/* A RELRO page found writable stays writable: a module dlopen is still
+ * relocating is listed already, with its RELRO pages not yet made
+ * read-only; install made a page it wrote read-only, and the loader's next
+ * relocation on that page would fault. Here the module's RELRO is made
+ * writable by hand (what that moment looks like), and must stay so. */
+typedef struct relro_find {
+    const char *name;
+    uintptr_t lo, hi;
+} relro_find;
+
+static int find_relro(struct dl_phdr_info *info, size_t size, void *arg)
+{
+    (void)size;
+    relro_find *r = arg;
+    if (!info->dlpi_name || !strstr(info->dlpi_name, r->name))
+        return 0;
+    for (int i = 0; i < info->dlpi_phnum; i++)
+        if (info->dlpi_phdr[i].p_type == PT_GNU_RELRO) {
+            long pg = sysconf(_SC_PAGESIZE);
+            r->lo = (info->dlpi_addr + info->dlpi_phdr[i].p_vaddr) & ~(uintptr_t)(pg - 1);
+            r->hi = (info->dlpi_addr + info->dlpi_phdr[i].p_vaddr + info->dlpi_phdr[i].p_memsz) &
+                    ~(uintptr_t)(pg - 1);    /* (the pages wholly RELRO) */
+        }
+    return 1;
+}
+
+/* 1 if every page of [lo, hi) is writable (/proc/self/maps) */
+static int writable(uintptr_t lo, uintptr_t hi)
+{
+    FILE *f = fopen("/proc/self/maps", "r");
+    assert_non_null(f);
+    char line[512];
+    int ok = 1;
+    while (fgets(line, sizeof line, f)) {
+        unsigned long a, b;
+        char perms[5];
+        if (sscanf(line, "%lx-%lx %4s", &a, &b, perms) == 3 && a < hi && b > lo && perms[1] != 'w')
+            ok = 0;
+    }
+    fclose(f);
+    return ok;
+}
+
+static void test_writable_relro_stays_writable(void **state)
+{
+    (void)state;
+    lib n;
+    open_lib(&n, PLT_LIB_NOW, "now");
+    relro_find r = {"libplt_now", 0, 0};
+    dl_iterate_phdr(find_relro, &r);
+    assert_true(r.hi > r.lo);            /* a page wholly RELRO, its GOT on it */
+    assert_false(writable(r.lo, r.hi));
+    assert_int_equal(mprotect((void *)r.lo, r.hi - r.lo, PROT_READ | PROT_WRITE), 0);
+    assert_int_equal(crawl_heap_hooks_install("libplt_now", NULL), 0);
+    assert_true(crawl_heap_hooks_count() > 0);
+    assert_true(writable(r.lo, r.hi));
+    crawl_heap_hooks_uninstall();
+    assert_true(writable(r.lo, r.hi));
+    assert_int_equal(mprotect((void *)r.lo, r.hi - r.lo, PROT_READ), 0);
+    /* and a read-only one is read-only again after each store */
+    assert_int_equal(crawl_heap_hooks_install("libplt_now", NULL), 0);
+    assert_false(writable(r.lo, r.hi));
+    void *p = n.alloc(10);
+    n.free(p);
+    crawl_heap_hooks_uninstall();
+    assert_false(writable(r.lo, r.hi));
+    dlclose(n.h);
+}
+
 static void test_bad_arguments(void **state)
 {
     (void)state;
@@ -389,6 +458,7 @@ int main(void)
         cmocka_unit_test(test_mapping_hooks),
         cmocka_unit_test(test_install_beside_dlopen),
         cmocka_unit_test(test_own_binding_left_alone),
+        cmocka_unit_test(test_writable_relro_stays_writable),
         cmocka_unit_test(test_bad_arguments),
     };
     return cmocka_run_group_tests_name("plt_hooks", tests, NULL, NULL);
