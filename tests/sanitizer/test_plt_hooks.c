@@ -335,7 +335,7 @@ static void test_install_beside_dlopen(void **state)
     pthread_t t;
     assert_int_equal(pthread_create(&t, NULL, load_unload, NULL), 0);
     alarm(60);
-    for (int i = 0; i < 2000; i++) {
+    for (int i = 0; i < 200; i++) {      /* (it hung at the first, nearly every run) */
         assert_int_equal(crawl_heap_hooks_install("no-such-module", NULL), 0);
         crawl_heap_hooks_uninstall();
     }
@@ -350,6 +350,10 @@ static void test_install_beside_dlopen(void **state)
 static void test_own_binding_left_alone(void **state)
 {
     (void)state;
+    if (dlsym(RTLD_DEFAULT, "__asan_init")) {
+        print_message("AddressSanitizer refuses RTLD_DEEPBIND: skipped\n");
+        skip();
+    }
     void *h = dlopen(PLT_LIB_OWN, RTLD_NOW | RTLD_LOCAL | RTLD_DEEPBIND);
     assert_non_null(h);
     void *(*own_alloc)(size_t) = (void *(*)(size_t))dlsym(h, "plt_own_alloc");
