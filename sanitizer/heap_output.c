@@ -699,6 +699,11 @@ static int writes_in_flight;
 
 int ho_writes_in_flight(void) { return __atomic_load_n(&writes_in_flight, __ATOMIC_ACQUIRE); }
 
+/* The temporary file this thread is writing now, or NULL */
+static __thread const char *own_write __attribute__((tls_model("initial-exec")));
+
+const char *ho_own_write(void) { return own_write; }
+
 /* fork child: the writers stayed in the parent */
 void ho_fork_child(void) { __atomic_store_n(&writes_in_flight, 0, __ATOMIC_RELEASE); }
 
@@ -747,7 +752,9 @@ int ho_write_path(const char *path, int (*to_fd)(int fd, crawl_heap_format forma
     int cancel;
     pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, &cancel);
     __atomic_add_fetch(&writes_in_flight, 1, __ATOMIC_ACQ_REL);
+    own_write = tmp;
     int rc = to_fd(fd, crawl_heap_format_for(path));
+    own_write = NULL;
     if (close(fd) != 0 && !rc)
         rc = -errno;
     if (!rc && rename(tmp, dest) != 0)

@@ -66,6 +66,8 @@ int ho_write_path(const char *path, int (*to_fd)(int fd, crawl_heap_format forma
 /* ho_write_path calls under way now (their temporary files not yet
  * renamed or removed) */
 int ho_writes_in_flight(void);
+/* the temporary file the calling thread is writing now, or NULL */
+const char *ho_own_write(void);
 /* In a fork child: no other thread is writing. */
 void ho_fork_child(void);
 

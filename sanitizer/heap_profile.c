@@ -698,6 +698,15 @@ static void at_exit(void)
     /* this frame's own slots are no one's roots: one left unwritten held a
      * stale copy of a leaked chunk's address */
     uintptr_t above = (uintptr_t)__builtin_frame_address(0) + 2 * sizeof(void *);
+    /* exit called in the middle of this thread's own write (a Frame
+     * type's describe hook, libdw's out-of-memory handler): that write
+     * never ends, so nothing waits for it, its temporary file goes, and
+     * nothing more is written or checked (it waited 5 s, and left the file) */
+    const char *mine = ho_own_write();
+    if (mine) {
+        unlink(mine);
+        return;
+    }
     const san_options *o = san_opts();
     /* a profile heap_profile_signal's helper is writing, or about to
      * write (a signal already taken), is finished first, and no signal

@@ -3,9 +3,12 @@
 # whole and no temporary file stays beside it, in each of ten runs (the
 # signal once, a storm of them, a fork child that exits at once, and a
 # thread dump the exit does not wait for).
-# usage: signal_exit.sh PROGRAM PRELOAD
+# Then a program that exits inside its own write of a profile (a describe
+# hook calls exit, as libdw's out-of-memory handler does): exit goes on at
+# once and the temporary file goes.
+# usage: signal_exit.sh PROGRAM PRELOAD EXIT_IN_WRITE_PROGRAM
 set -u
-prog=$1 pre=$2
+prog=$1 pre=$2 inwrite=$3
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 fail=0
@@ -33,6 +36,14 @@ for run in once once once once once storm storm storm fork dump; do
     fi
     rm -f "$work/p.svg"
 done
+t0=$(date +%s%N)
+CRAWL_OPTIONS=heap_profile=1 LD_PRELOAD=$pre "$inwrite" "$work/w.svg" >"$work/out" 2>&1
+rc=$?
+ms=$(( ($(date +%s%N) - t0) / 1000000 ))
+# (a bound, not a speed: exit waited 5 s for the thread's own write)
+if [ $rc -ne 3 ] || [ $ms -gt 2500 ] || ls "$work" | grep -q '\.tmp\.'; then
+    echo "signal_exit: exit inside the write: rc $rc after $ms ms, left: $(ls "$work")"; cat "$work/out"; fail=1
+fi
 if [ $fail -ne 0 ]; then
     echo "signal_exit: 0 passed, 1 failed"
     exit 1
