@@ -305,7 +305,15 @@ size_t gc_stack_frames_regs(gc_frame_rec **out, uintptr_t above, crawl_regs *reg
                      .caller_len = caller_len};
     if (caller_len)
         caller[0] = 0;
-    crawl_walk(each_frame, &fc, CRAWL_WALK_NO_CFI_CACHE);
+    if (crawl_walk(each_frame, &fc, CRAWL_WALK_NO_CFI_CACHE) == CRAWL_WALK_FAILED) {
+        /* (no libunwind at run time: the frames without the registers,
+         * rather than no stack at all) */
+        free(fc.r);
+        memset(regs, 0, sizeof *regs);
+        if (caller_len)
+            caller[0] = 0;
+        return gc_stack_frames(out, above);
+    }
     *out = fc.r;
     return fc.n;
 }
