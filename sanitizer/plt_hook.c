@@ -2,8 +2,9 @@
  * the GOT entries through which chosen modules call the malloc family point
  * at hooks that call the process's own functions and record. Relocations
  * are read from each module's file with elfutils' libelf (.rela.plt's
- * JUMP_SLOTs, .rela.dyn's GLOB_DATs: calls and address-takes); a RELRO page
- * is made writable for the store and read-only again. dlopen is hooked in
+ * JUMP_SLOTs, .rela.dyn's GLOB_DATs: calls and address-takes); a read-only
+ * RELRO page is made writable for the store and read-only again (one found
+ * writable stays so: page_writable). dlopen is hooked in
  * the same modules, so libraries loaded later are hooked when they match.
  * Every entry written is remembered with its old value: uninstall puts each
  * back exactly. */
@@ -18,6 +19,7 @@
 #include <pthread.h>
 #include <regex.h>
 #include <stdarg.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -279,15 +281,35 @@ static int covers(const struct dl_phdr_info *info, const void *p)
 }
 
 /* 1 if the page of p is writable now: process_vm_writev of its own value
- * (the kernel refuses a read-only mapping with EFAULT). A module dlopen is
- * still relocating is listed already, its RELRO pages not yet read-only:
- * made read-only after our store, the loader's next relocation there would
- * fault. Where the call is not allowed (ENOSYS, EPERM), 0: as before. */
+ * (the kernel refuses a read-only mapping with EFAULT), else, where that
+ * call is not allowed (seccomp, ENOSYS), the mapping's permissions in
+ * /proc/self/maps. A module dlopen is still relocating is listed already,
+ * its RELRO pages not yet read-only: made read-only after our store, the
+ * loader's next relocation there would fault. */
 static int page_writable(uintptr_t *p)
 {
     uintptr_t v = __atomic_load_n(p, __ATOMIC_RELAXED);
     struct iovec local = {&v, sizeof v}, remote = {p, sizeof v};
-    return process_vm_writev(getpid(), &local, 1, &remote, 1, 0) == (ssize_t)sizeof v;
+    if (process_vm_writev(getpid(), &local, 1, &remote, 1, 0) == (ssize_t)sizeof v)
+        return 1;
+    if (errno == EFAULT)
+        return 0;
+    FILE *f = fopen("/proc/self/maps", "re");
+    if (!f)
+        return 0;                        /* (not knowing: read-only again after, as before) */
+    char line[512];
+    int w = 0;
+    while (fgets(line, sizeof line, f)) {
+        unsigned long lo, hi;
+        char perms[5];
+        if (sscanf(line, "%lx-%lx %4s", &lo, &hi, perms) == 3 && lo <= (uintptr_t)p &&
+            (uintptr_t)p < hi) {
+            w = perms[1] == 'w';
+            break;
+        }
+    }
+    fclose(f);
+    return w;
 }
 
 /* Write value at p (a GOT entry), making a read-only page writable for it,
