@@ -411,7 +411,8 @@ void sw_gdb_jit_remove(uintptr_t start);
 int sw_on_signal_run(int sig, void (*fn)(void *), void *arg);
 /* 1 for a signal no helper may take (sw_on_signal_run refuses it with
  * -EINVAL): one no handler can catch, one a fault raises (a crash would
- * run the work and fault again, for ever), glibc's own two (SIGCANCEL,
+ * run the work and fault again, for ever), SIGPROF (the profiler's),
+ * glibc's own two (SIGCANCEL,
  * SIGSETXID), crawl's walk signal (other threads' walks would then never
  * answer). */
 int sw_signal_refused(int sig);

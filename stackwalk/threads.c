@@ -152,20 +152,29 @@ int sw_walk_signal_now(void)
     return sig ? sig : SIGRTMIN + 3;
 }
 
+static int held_by_helper(int sig);
+
 int crawl_set_walk_signal(int sig)
 {
-    if (sig <= 0 || sig >= NSIG || sig == SIGKILL || sig == SIGSTOP)
+    if (sig <= 0 || sig >= NSIG || sig == SIGKILL || sig == SIGSTOP || sig == SIGPROF)
         return -EINVAL;
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
     sa.sa_sigaction = on_walk_signal;
     sa.sa_flags = SA_SIGINFO | SA_RESTART;
     sigemptyset(&sa.sa_mask);
-    pthread_mutex_lock(&req_lock);
-    int rc = sigaction(sig, &sa, NULL) == 0 ? 0 : -errno;
-    if (!rc)
-        walk_signal = sig;
-    pthread_mutex_unlock(&req_lock);
+    /* (workers_lock first, as sw_on_signal_run holds it while it looks at
+     * the walk signal: a helper's signal and the walk signal never meet) */
+    pthread_mutex_lock(&workers_lock);
+    int rc = -EBUSY;
+    if (!held_by_helper(sig)) {
+        pthread_mutex_lock(&req_lock);
+        rc = sigaction(sig, &sa, NULL) == 0 ? 0 : -errno;
+        if (!rc)
+            walk_signal = sig;
+        pthread_mutex_unlock(&req_lock);
+    }
+    pthread_mutex_unlock(&workers_lock);
     return rc;
 }
 
@@ -465,10 +474,19 @@ int sw_signal_work_pending(void (*fn)(void *))
     return n;
 }
 
+/* 1 if a helper (sw_on_signal_run) takes sig (under workers_lock) */
+static int held_by_helper(int sig)
+{
+    for (int i = 0; i < MAX_SIGNAL_WORKERS; i++)
+        if (__atomic_load_n(&workers[i].sig, __ATOMIC_ACQUIRE) == sig)
+            return 1;
+    return 0;
+}
+
 int sw_signal_refused(int sig)
 {
     static const int refused[] = {SIGKILL, SIGSTOP, SIGILL, SIGTRAP, SIGABRT, SIGBUS,
-                                  SIGFPE,  SIGSEGV, SIGSYS, 32,      33};
+                                  SIGFPE,  SIGSEGV, SIGSYS, SIGPROF, 32,     33};
     if (sig <= 0 || sig >= NSIG || sig == sw_walk_signal_now())
         return 1;
     for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++)

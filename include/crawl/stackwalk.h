@@ -158,7 +158,9 @@ CRAWL_API int crawl_walk_thread(pid_t tid, crawl_walk_fn fn, void *ctx, unsigned
 CRAWL_API int crawl_walk_thread_timeout(pid_t tid, crawl_walk_fn fn, void *ctx, unsigned flags,
                                         int timeout_ms);
 /* The signal crawl_walk_thread sends (installs its handler). 0 or a
- * negative errno value. Thread-safe (it waits for a walk of another thread
+ * negative errno value: -EINVAL for SIGKILL, SIGSTOP and SIGPROF (the
+ * profiler's), -EBUSY for a signal a helper takes (crawl_install_thread_dump,
+ * heap_profile_signal). Thread-safe (it waits for a walk of another thread
  * under way); not async-signal-safe (that lock); allocates nothing. */
 CRAWL_API int crawl_set_walk_signal(int sig);
 /* A thread dump in Java's jstack shape: a header line, then per attached
@@ -175,8 +177,9 @@ CRAWL_API int crawl_print_all_threads(int fd, unsigned flags);
  * handler only writes a byte to a pipe. 0 or a negative errno value:
  * -EINVAL for fd < 0 and for a signal it cannot take: SIGKILL, SIGSTOP,
  * those a fault raises (SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGTRAP, SIGSYS,
- * SIGABRT: a crash would dump and fault again, for ever), glibc's 32 and
- * 33, and crawl's walk signal (crawl_set_walk_signal).
+ * SIGABRT: a crash would dump and fault again, for ever), SIGPROF (the
+ * profiler's), glibc's 32 and 33, and crawl's walk signal
+ * (crawl_set_walk_signal).
  * The helper thread does not survive fork: in a child the signal does
  * nothing until the child installs the dump again. Thread-safe (a lock);
  * not async-signal-safe; allocates: the helper thread (pthread_create),

@@ -629,11 +629,15 @@ static void test_dump_on_signal(void **state)
     /* signals a fault raises, and the walk signal, are refused: a SIGSEGV
      * dump wrote dumps for ever, and one on the walk signal made every
      * other thread's walk time out */
-    static const int refused[] = {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGTRAP, SIGABRT, SIGKILL};
+    static const int refused[] = {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGTRAP, SIGABRT, SIGKILL, SIGPROF};
     for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++)
         assert_int_equal(crawl_install_thread_dump(refused[i], fileno(f)), -EINVAL);
     assert_int_equal(crawl_install_thread_dump(SIGRTMIN + 3, fileno(f)), -EINVAL);   /* the default walk signal */
     assert_int_equal(crawl_install_thread_dump(SIGQUIT, fileno(f)), 0);
+    /* and the walk signal is not moved onto a helper's (it took the dump's
+     * handler over: its file stayed empty) */
+    assert_int_equal(crawl_set_walk_signal(SIGQUIT), -EBUSY);
+    assert_int_equal(crawl_set_walk_signal(SIGPROF), -EINVAL);
     raise(SIGQUIT);
     char *out = NULL;
     for (int i = 0; i < 300; i++) {      /* the helper thread writes it */
