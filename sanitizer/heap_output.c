@@ -89,9 +89,12 @@ static void json_str(ho_out *o, const char *s)
 /* ---- strings and frames -------------------------------------------------------------------- */
 
 /* The length of the valid UTF-8 sequence s starts with, or 0 (RFC 3629:
- * no overlong forms, no surrogates, nothing past U+10FFFF) */
+ * no overlong forms, no surrogates, nothing past U+10FFFF; and not U+FFFE
+ * or U+FFFF, which XML does not allow in the SVG) */
 static size_t utf8_seq(const unsigned char *s)
 {
+    if (s[0] == 0xef && s[1] == 0xbf && (s[2] == 0xbe || s[2] == 0xbf))
+        return 0;
     unsigned c = s[0];
     if (c < 0x80)
         return 1;

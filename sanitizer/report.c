@@ -113,14 +113,17 @@ void san_print_depot_trace(san_report *r, uint32_t id)
     unsigned n = crawl_depot_get(id, &w);
     if (!n) {
         /* 0: nothing was recorded (stacks off, or refused by the depot's
-         * budget: said only when it has refused some); any other id is not
+         * budget or a failed mmap: said only when it has refused some);
+         * any other id is not
          * one the depot gave */
         crawl_depot_stats st;
         crawl_depot_get_stats(&st);
         if (id)
             san_printf(r, "    <no stack with id %u in the depot>\n", id);
         else if (st.drops)
-            san_printf(r, "    <stack not recorded (the depot's budget has refused %lu)>\n",
+            san_printf(r,
+                       "    <stack not recorded (the depot has refused %lu stacks: its "
+                       "budget, or no memory)>\n",
                        st.drops);
         else
             san_printf(r, "    <stack not recorded>\n");

@@ -214,8 +214,8 @@ CRAWL_API crawl_report *crawl_report_begin(void);
 CRAWL_API void crawl_report_printf(crawl_report *r, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 /* A depot trace, one "    #N ..." line per frame; for id 0 the line
- * "    <stack not recorded>" (with how many stacks the depot's budget has
- * refused, when it has), for an id the depot never gave "    <no stack
+ * "    <stack not recorded>" (with how many stacks the depot has refused,
+ * for its budget or for memory, when it has), for an id the depot never gave "    <no stack
  * with id N in the depot>". */
 CRAWL_API void crawl_report_trace(crawl_report *r, uint32_t depot_id);
 /* The calling thread's mixed stack, from the function that calls this,

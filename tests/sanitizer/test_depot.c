@@ -361,8 +361,10 @@ static void test_budget(void **state)
     crawl_report_trace(r, 0);
     crawl_report_end(r);
     crawl_set_report_callback(NULL, NULL);
-    char want[96];
-    snprintf(want, sizeof want, "    <stack not recorded (the depot's budget has refused %lu)>\n",
+    char want[128];
+    snprintf(want, sizeof want,
+             "    <stack not recorded (the depot has refused %lu stacks: its budget, or no "
+             "memory)>\n",
              after.drops);
     assert_non_null(strstr(report_text, want));
 }
