@@ -10,6 +10,7 @@
  * Lock order: modules.c's build_lock, then this one. fork() takes both in
  * that order (modules.c's fork handlers call sw_dwfl_fork). */
 #include <elfutils/libdwfl.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <string.h>
@@ -64,6 +65,14 @@ static int local_debuginfo(Dwfl_Module *mod, const char *file_name, const char *
  * for the loader's lock in a fork child that inherited it held
  * (crawl__loader_lock_suspect): there a module's symbols come from its own
  * file only. */
+/* fd, made close-on-exec (a negative one as it is) */
+static int cloexec(int fd)
+{
+    if (fd >= 0)
+        fcntl(fd, F_SETFD, fcntl(fd, F_GETFD) | FD_CLOEXEC);
+    return fd;
+}
+
 static int find_debuginfo(Dwfl_Module *mod, void **userdata, const char *modname,
                           Dwarf_Addr base, const char *file_name, const char *debuglink_file,
                           GElf_Word debuglink_crc, char **debuginfo_file_name)
@@ -71,12 +80,22 @@ static int find_debuginfo(Dwfl_Module *mod, void **userdata, const char *modname
     if (__atomic_load_n(&crawl__loader_lock_suspect, __ATOMIC_RELAXED) ||
         !local_debuginfo(mod, file_name, debuglink_file))
         return -1;
-    return dwfl_standard_find_debuginfo(mod, userdata, modname, base, file_name,
-                                        debuglink_file, debuglink_crc, debuginfo_file_name);
+    return cloexec(dwfl_standard_find_debuginfo(mod, userdata, modname, base, file_name,
+                                                debuglink_file, debuglink_crc,
+                                                debuginfo_file_name));
+}
+
+/* The module's file, as libdwfl finds it, close-on-exec: libdwfl keeps
+ * the descriptor open for the session, and a program that exec'ed passed
+ * it on (ls under the preload saw libc and the program open) */
+static int find_elf(Dwfl_Module *mod, void **userdata, const char *module_name,
+                    Dwarf_Addr base, char **file_name, Elf **elfp)
+{
+    return cloexec(dwfl_linux_proc_find_elf(mod, userdata, module_name, base, file_name, elfp));
 }
 
 static const Dwfl_Callbacks callbacks = {
-    .find_elf = dwfl_linux_proc_find_elf,
+    .find_elf = find_elf,
     .find_debuginfo = find_debuginfo,
     .debuginfo_path = &debuginfo_path,
 };

@@ -2,10 +2,13 @@
 #define _GNU_SOURCE
 #include "../support.h"
 
+#include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <regex.h>
 #include <signal.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <unistd.h>
@@ -146,12 +149,59 @@ static void test_print_trace_context(void **state)
     assert_null(strstr(sig_out, "on_sigusr2"));
 }
 
+/* Descriptors open when main started (the harness's): not crawl's */
+static char open_at_start[1024];
+
+static void note_open_fds(char *open)
+{
+    DIR *d = opendir("/proc/self/fd");
+    assert_non_null(d);
+    for (struct dirent *e; (e = readdir(d));) {
+        int fd = atoi(e->d_name);
+        if (e->d_name[0] != '.' && fd >= 0 && fd < 1024)
+            open[fd] = 1;
+    }
+    closedir(d);
+}
+
+/* Every descriptor crawl keeps open after symbolizing (libdwfl's module
+ * and debug files) is close-on-exec: a program that exec'ed passed them
+ * on (ls under the preload had libc and the program itself open). */
+static void test_kept_fds_close_on_exec(void **state)
+{
+    (void)state;
+    int fd = open("/dev/null", O_WRONLY | O_CLOEXEC);
+    assert_true(fd >= 0);
+    assert_int_equal(crawl_print_trace(fd, 0), CRAWL_WALK_DONE);
+    close(fd);
+    char now[1024] = {0};
+    note_open_fds(now);
+    int kept = 0;
+    for (int i = 3; i < 1024; i++)
+        if (now[i] && !open_at_start[i]) {
+            int flags = fcntl(i, F_GETFD);
+            if (flags < 0)
+                continue;                /* (the directory stream's own, closed since) */
+            kept++;
+            if (!(flags & FD_CLOEXEC)) {
+                char link[64], target[512] = "";
+                snprintf(link, sizeof link, "/proc/self/fd/%d", i);
+                ssize_t n = readlink(link, target, sizeof target - 1);
+                target[n > 0 ? n : 0] = 0;
+                fail_msg("fd %d (%s) is not close-on-exec", i, target);
+            }
+        }
+    print_message("%d descriptors kept, all close-on-exec\n", kept);
+}
+
 int main(void)
 {
+    note_open_fds(open_at_start);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_symbolize),
         cmocka_unit_test(test_print_trace_shape),
         cmocka_unit_test(test_print_trace_context),
+        cmocka_unit_test(test_kept_fds_close_on_exec),
     };
     return cmocka_run_group_tests_name("print", tests, NULL, NULL);
 }
