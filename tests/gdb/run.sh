@@ -8,9 +8,11 @@
 # through a call of crawl_debug_frame_text, where gdb can call functions in
 # the process, else one line that says it could not (gdb 13 on a CPU with
 # AMX state fails every call), and likewise crawl roots.
-# usage: run.sh CRAWLVM EXTENSION READER
+# Then Frames it cannot read whole (tests/gdb/bad_frames.c), and crawl bt
+# with no process.
+# usage: run.sh CRAWLVM EXTENSION READER BAD_FRAMES
 set -u
-vm=$1 ext=$2 reader=$3
+vm=$1 ext=$2 reader=$3 bad=$4
 if ! command -v gdb >/dev/null; then
     echo "gdb-ext: note: gdb absent, not tried (apt-get install gdb): 1 passed, 0 failed"
     exit 0
@@ -146,6 +148,30 @@ if [ -s "$work/core2" ]; then
         "Frame 'crawlvm-interpreter'" "compare " " in vm_interp_run at " " in callback_handler at " \
         "qsort_r" " in crawl_ffi_call at " "Frame 'crawlvm-interpreter'" "sort-numbers " \
         "<toplevel> " " in vm_interp_run at " " in main at "
+fi
+# A type name that is not UTF-8: a line for the Frame, no Python exception
+# (UnicodeDecodeError; bt then showed no Frame at all)
+gdb -nx -batch -x "$ext" -ex run -ex "echo ==crawl frames\n" -ex "crawl frames" -ex "echo ==bt\n" \
+    -ex bt --args "$bad" utf8 >"$work/utf8" 2>&1
+check "a type name not UTF-8" "$work/utf8" "==crawl frames" " bad' at 0x" "==bt" " bad' at 0x" " in main "
+if grep -q "Python Exception" "$work/utf8"; then
+    echo "gdb-ext: a type name not UTF-8 raised:"; cat "$work/utf8"; fail=1
+fi
+# A Frame whose type cannot be read: nothing is called in the process (a
+# call into its hooks left the process stopped inside the call when they
+# faulted), so it is still where it stopped
+gdb -nx -batch -x "$ext" -ex run -ex "crawl frames" -ex "crawl bt" -ex bt -ex "echo ==bt 1\n" \
+    -ex "bt 1" --args "$bad" unreadable >"$work/unreadable" 2>&1
+check "an unreadable Frame" "$work/unreadable" "Frame '<unreadable>' at 0x" "==bt 1" "#0 "
+if sed -n '/==bt 1/,$p' "$work/unreadable" | grep -Eq "called from gdb|crawl_debug_frame_text" ||
+   grep -q "Python Exception" "$work/unreadable"; then
+    echo "gdb-ext: an unreadable Frame:"; cat "$work/unreadable"; fail=1
+fi
+# crawl bt with no process: one line (it raised 'No registers.')
+gdb -nx -batch -x "$ext" -ex "crawl bt" "$bad" >"$work/noproc" 2>&1
+check "crawl bt with no process" "$work/noproc" "crawl bt: no stack here"
+if grep -q "Python Exception" "$work/noproc"; then
+    echo "gdb-ext: crawl bt with no process raised:"; cat "$work/noproc"; fail=1
 fi
 if [ $fail -ne 0 ]; then
     echo "gdb-ext: 0 passed, 1 failed"
