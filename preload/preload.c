@@ -520,11 +520,14 @@ EXPORT void *realloc(void *p, size_t n)
     }
     if (!ready)
         resolve();
-    forget(p);
+    crawl__hp_saved saved;
+    crawl__hp_take(p, &saved);
     int how = decide(n);
     void *q = how == CRAWL__HP_SAMPLE_ALIGNED && n ? sample_realloc(p, n) : real_realloc(p, n);
-    if (!q && n)                         /* p stays: record it again, at its own size */
-        return recorded(p, real_usable(p), caller, how), NULL;
+    if (!q && n) {                       /* p stays: its entry as it was (size, stack) */
+        crawl__hp_put_back(&saved);
+        return NULL;
+    }
     return recorded(q, n, caller, how);
 }
 

@@ -264,8 +264,9 @@ static void remove_at(shard *s, size_t j)
     }
 }
 
-/* ptr's entry taken out: its flags, or -1 if it had none */
-static int erase(uintptr_t ptr)
+/* ptr's entry taken out (copied to *out when out is not NULL): its flags,
+ * or -1 if it had none */
+static int erase_into(uintptr_t ptr, hp_entry *out)
 {
     uint64_t h = hash_ptr(ptr);
     shard *s = &shards[h >> (64 - HP_SHARD_BITS)];
@@ -278,6 +279,8 @@ static int erase(uintptr_t ptr)
                 break;
             if (p == ptr) {
                 flags = (int)s->t[j].flags;
+                if (out)
+                    *out = s->t[j];
                 filter_add(ptr, -1);
                 s->live--;
                 s->live_bytes -= s->t[j].size;
@@ -288,6 +291,27 @@ static int erase(uintptr_t ptr)
     }
     shard_unlock(&s->lock);
     return flags;
+}
+
+static int erase(uintptr_t ptr) { return erase_into(ptr, NULL); }
+
+void crawl__hp_take(const void *p, crawl__hp_saved *out)
+{
+    out->had = 0;
+    hp_entry e;
+    if (crawl__hp_may_hold(p) && erase_into((uintptr_t)p, &e) >= 0)
+        *out = (crawl__hp_saved){.ptr = e.ptr, .caller = e.caller, .size = e.size,
+                                 .stack = e.stack, .flags = e.flags, .had = 1};
+}
+
+void crawl__hp_put_back(const crawl__hp_saved *saved)
+{
+    if (!saved->had)
+        return;
+    hp_entry e = {.ptr = saved->ptr, .size = saved->size, .caller = saved->caller,
+                  .stack = saved->stack, .flags = saved->flags};
+    if (insert(&e) != 0)
+        atomic_fetch_add_explicit(&dropped, 1, memory_order_relaxed);
 }
 
 /* ---- sampling by bytes (tcmalloc's heap sampler) -------------------------------------- */

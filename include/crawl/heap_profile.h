@@ -110,6 +110,17 @@ CRAWL_API void crawl__hp_record_from(const void *p, size_t size, uintptr_t calle
  * of the profile, as crawl_heap_profile_free; 1 if it was recorded as a
  * sample. */
 CRAWL_API int crawl__hp_forget_sample(const void *p);
+/* The preload's realloc: p's entry taken out before glibc's realloc (as a
+ * free of p), and put back as it was when that fails (p stays, with its
+ * own size and stack). Not API. */
+typedef struct crawl__hp_saved {
+    uintptr_t ptr, caller;
+    size_t size;
+    uint32_t stack, flags;
+    int had;
+} crawl__hp_saved;
+CRAWL_API void crawl__hp_take(const void *p, crawl__hp_saved *out);
+CRAWL_API void crawl__hp_put_back(const crawl__hp_saved *saved);
 /* Put p in the free filter for good (a count stuck at 255). */
 CRAWL_API void crawl__hp_filter_stick(const void *p);
 /* The same, the stack starting at the caller of the frame whose registers
