@@ -56,11 +56,13 @@ static void *h_calloc(size_t n, size_t size)
 }
 static void *h_realloc(void *old, size_t n)
 {
-    crawl_heap_profile_on_free(old);
+    crawl__hp_saved saved;
+    crawl__hp_take(old, &saved);
     void *p = ((void *(*)(void *, size_t))real[F_REALLOC])(old, n);
-    /* failed: old stays, at its own size */
-    crawl_heap_profile_on_alloc(p ? p : n ? old : NULL,
-                                p ? n : n && old ? malloc_usable_size(old) : 0, CALLER);
+    if (!p && n)                         /* failed: old stays, its entry as it was */
+        crawl__hp_put_back(&saved);
+    else
+        crawl_heap_profile_on_alloc(p, n, CALLER);
     /* (realloc(old, 0) freed old: never looked at again) */
     return p;
 }

@@ -16,6 +16,7 @@
 #include <stdatomic.h>
 #include <string.h>
 #include <errno.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <sys/mman.h>
@@ -120,6 +121,18 @@ static void test_realloc_to_zero(void **state)
     assert_int_equal(live(), before + 1);
     re(p, 0);
     assert_int_equal(live(), before);
+    /* a realloc that fails leaves the block's entry as it was: its own
+     * size (it was recorded again at malloc_usable_size) */
+    crawl_heap_totals t0, t1;
+    void *q = a.alloc(32);
+    crawl_heap_profile_totals(&t0);
+    errno = 0;
+    assert_null(re(q, SIZE_MAX / 2));
+    assert_int_equal(errno, ENOMEM);
+    crawl_heap_profile_totals(&t1);
+    assert_int_equal(t1.live_objects, t0.live_objects);
+    assert_int_equal(t1.live_bytes, t0.live_bytes);
+    a.free(q);
     crawl_heap_hooks_uninstall();
     dlclose(a.h);
 }
