@@ -27,7 +27,9 @@
 #include <cmocka.h>
 
 #include <crawl/frames.h>
+#include <crawl/guarded.h>
 #include <crawl/heap_profile.h>
+#include <crawl/sanitizer.h>
 #include <linux/futex.h>
 #include <sys/mman.h>
 #include <sys/syscall.h>
@@ -75,6 +77,23 @@ static void test_failed_realloc_keeps_the_block(void **state)
     free(keep);
     keep = NULL;
     assert_int_equal(live_bytes(), before);
+}
+
+/* Pool chunks asked for with an alignment under 16 are 16-aligned, as
+ * glibc's are (memalign(1, 13) from the pool was at an odd address) */
+static void test_pool_small_alignment(void **state)
+{
+    (void)state;
+    assert_int_equal(crawl_sanitizer_set_options("gpa_sample_rate=1"), 0);
+    for (size_t a = 1; a <= 8; a *= 2) {
+        void *p = memalign(a, 13), *q = aligned_alloc(a, 13);
+        assert_true(crawl_gpa_owns(p) && crawl_gpa_owns(q));
+        assert_int_equal((uintptr_t)p & 15, 0);
+        assert_int_equal((uintptr_t)q & 15, 0);
+        free(p);
+        free(q);
+    }
+    assert_int_equal(crawl_sanitizer_set_options("gpa_sample_rate=0"), 0);
 }
 
 static void test_pvalloc_near_size_max(void **state)
@@ -668,6 +687,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_failed_realloc_keeps_the_block),
         cmocka_unit_test(test_pvalloc_near_size_max),
+        cmocka_unit_test(test_pool_small_alignment),
         cmocka_unit_test(test_self_pointer_is_a_direct_leak),
         cmocka_unit_test(test_programs_dlerror_is_not_a_leak),
         cmocka_unit_test(test_report_keeps_programs_dlerror),
