@@ -705,19 +705,42 @@ __attribute__((noinline)) static void *new_failed(size_t n, size_t alignment,
 
 EXPORT void *_Znwm(size_t n) { return NEW_OR_THROW(n, 0); }
 EXPORT void *_Znam(size_t n) { return NEW_OR_THROW(n, 0); }
-EXPORT void *_ZnwmRKSt9nothrow_t(size_t n, const void *t) { (void)t; return ALLOC(n ? n : 1, CALLER); }
-EXPORT void *_ZnamRKSt9nothrow_t(size_t n, const void *t) { (void)t; return ALLOC(n ? n : 1, CALLER); }
+/* The nothrow forms: on failure, with a new_handler installed, the C++
+ * runtime's own nothrow operator (RTLD_NEXT), which runs the handler,
+ * tries again (through this malloc: recorded) and catches its bad_alloc,
+ * which C cannot. Without a handler, NULL at once, as the runtime would. */
+__attribute__((noinline)) static void *nothrow_retry(const char *name, size_t n, size_t a,
+                                                     const void *t)
+{
+    new_handler_fn (*get)(void) =
+        (new_handler_fn(*)(void))dlsym(RTLD_DEFAULT, "_ZSt15get_new_handlerv");
+    if (!get || !get())
+        return NULL;
+    void *next = dlsym(RTLD_NEXT, name);
+    if (!next)
+        return NULL;
+    return a ? ((void *(*)(size_t, size_t, const void *))next)(n, a, t)
+             : ((void *(*)(size_t, const void *))next)(n, t);
+}
+#define NOTHROW(name, n, a, t)                                                                     ({                                                                                                 size_t nothrow_n_ = (n) ? (n) : 1;                                                             void *nothrow_p_ = (a) ? aligned((a), nothrow_n_, CALLER) : ALLOC(nothrow_n_, CALLER);         nothrow_p_ ? nothrow_p_ : nothrow_retry((name), nothrow_n_, (a), (t));                     })
+
+EXPORT void *_ZnwmRKSt9nothrow_t(size_t n, const void *t)
+{
+    return NOTHROW("_ZnwmRKSt9nothrow_t", n, 0, t);
+}
+EXPORT void *_ZnamRKSt9nothrow_t(size_t n, const void *t)
+{
+    return NOTHROW("_ZnamRKSt9nothrow_t", n, 0, t);
+}
 EXPORT void *_ZnwmSt11align_val_t(size_t n, size_t a) { return NEW_OR_THROW(n, a); }
 EXPORT void *_ZnamSt11align_val_t(size_t n, size_t a) { return NEW_OR_THROW(n, a); }
 EXPORT void *_ZnwmSt11align_val_tRKSt9nothrow_t(size_t n, size_t a, const void *t)
 {
-    (void)t;
-    return aligned(a, n ? n : 1, CALLER);
+    return NOTHROW("_ZnwmSt11align_val_tRKSt9nothrow_t", n, a, t);
 }
 EXPORT void *_ZnamSt11align_val_tRKSt9nothrow_t(size_t n, size_t a, const void *t)
 {
-    (void)t;
-    return aligned(a, n ? n : 1, CALLER);
+    return NOTHROW("_ZnamSt11align_val_tRKSt9nothrow_t", n, a, t);
 }
 EXPORT void _ZdlPv(void *p) { release(p); }
 EXPORT void _ZdaPv(void *p) { release(p); }

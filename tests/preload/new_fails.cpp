@@ -40,6 +40,19 @@ int main()
         std::printf("nothrow new char[2^50] returned %p\n", (void *)q);
         bad = 1;
     }
+    // the nothrow forms run the new_handler too, as the C++ runtime's do
+    // (under the preload they returned NULL at once: a program whose
+    // handler frees a reserve failed where it ran fine without it)
+    handler_calls = 0;
+    std::set_new_handler(handler);
+    q = new (std::nothrow) char[huge];
+    std::set_new_handler(handler);
+    char *r = new (std::align_val_t(64), std::nothrow) char[huge];
+    if (q || r || handler_calls != 2) {
+        std::printf("nothrow new: %p %p, the new_handler ran %d times, not twice\n", (void *)q,
+                    (void *)r, handler_calls);
+        bad = 1;
+    }
     char *ok = new char[64];        // and a real one still works
     ok[0] = 1;
     delete[] ok;
