@@ -83,7 +83,8 @@ CRAWL_API CRAWL_ATTR_MALLOC CRAWL_ATTR_ALLOC_SIZE(1) void *crawl_gpa_allocate(si
  * its own). Not API. */
 CRAWL_API void *crawl__gpa_allocate_from(size_t size, size_t alignment, const crawl_regs *from);
 
-/* Free a pool allocation (check crawl_gpa_owns first). A double free or a
+/* Free a pool allocation (check crawl_gpa_owns first: a pointer outside
+ * the pool, or in the report arena, is ignored). A double free or a pool
  * pointer that is not an allocation's start is reported, and stops the
  * process unless gpa_recoverable=1. Allocates: the free stack's capture
  * compiles the CFI of modules it passes (once each; libdw) and attaches a

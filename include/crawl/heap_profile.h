@@ -259,7 +259,9 @@ static inline __attribute__((always_inline)) void crawl_heap_profile_on_free(con
  * and mremap (crawl_heap_profile_mmap and its kin). dlopen is hooked
  * too: a library loaded later through a hooked module is hooked when it
  * matches. libcrawl, libcrawl-preload.so and the dynamic loader are never
- * hooked. Relocations are read from the module files with libelf; a
+ * hooked, nor is a program that links libcrawl.a (crawl's own calls would
+ * go through the hooks): hook such a program's libraries, or use the
+ * shared library. Relocations are read from the module files with libelf; a
  * read-only RELRO page is made writable for the store and read-only again
  * (one found writable, in a module dlopen is still relocating, stays so;
  * the loader making it read-only between that look and the store is a
