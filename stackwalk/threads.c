@@ -497,10 +497,16 @@ int sw_signal_refused(int sig)
 
 int sw_on_signal_run(int sig, void (*fn)(void *), void *arg)
 {
-    if (sw_signal_refused(sig) || !fn)
+    if (!fn)
         return -EINVAL;
     crawl__lock(&workers_lock);          /* (busy: pthread_create's allocations are crawl's own) */
     int rc = 0, slot = -1;
+    /* (under the lock crawl_set_walk_signal takes first: the walk signal
+     * cannot move onto sig between this look and the handler) */
+    if (sw_signal_refused(sig)) {
+        rc = -EINVAL;
+        goto out;
+    }
     for (int i = 0; i < MAX_SIGNAL_WORKERS && slot < 0; i++)
         if (workers[i].sig == sig || workers[i].sig == 0)
             slot = i;
