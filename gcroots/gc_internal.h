@@ -164,8 +164,9 @@ size_t gc_stack_frames(gc_frame_rec **out, uintptr_t above);
 /* The same, every step through libunwind, and the registers of the first
  * native frame above `above` as they were at its call (the callee-saved
  * ones recovered from where the callees saved them) into *regs, with the
- * frame's description; regs->sp is 0 when there is none (and when
- * libunwind is missing at run time: the frames are then gc_stack_frames'). */
+ * frame's description; regs->sp is 0 when there is none (libunwind
+ * missing at run time). Where that walk fails, the frames are
+ * gc_stack_frames'. */
 size_t gc_stack_frames_regs(gc_frame_rec **out, uintptr_t above, crawl_regs *regs,
                             char *caller, size_t caller_len);
 

@@ -306,12 +306,10 @@ size_t gc_stack_frames_regs(gc_frame_rec **out, uintptr_t above, crawl_regs *reg
     if (caller_len)
         caller[0] = 0;
     if (crawl_walk(each_frame, &fc, CRAWL_WALK_NO_CFI_CACHE) == CRAWL_WALK_FAILED) {
-        /* (no libunwind at run time: the frames without the registers,
-         * rather than no stack at all) */
+        /* (no libunwind at run time, or a frame further out it could not
+         * step: the frames from the CFI walk, and the caller's registers
+         * where this walk got that far) */
         free(fc.r);
-        memset(regs, 0, sizeof *regs);
-        if (caller_len)
-            caller[0] = 0;
         return gc_stack_frames(out, above);
     }
     *out = fc.r;

@@ -191,7 +191,7 @@ def frame_lines(addr, name, live):
     """The lines for one Frame: its description, then its activations,
     from its type's reader, else (or where the reader failed) through
     calls in a live process."""
-    if name in ("?", "<unreadable>"):
+    if name == "<unreadable>":
         live = False                     # (no type to call hooks of: nothing is called)
     read = _read(addr, name)
     if read is not None and read[2] and live:

@@ -17,7 +17,8 @@
  *                           as text to log_path; a helper thread writes it
  *                           (the handler writes a byte to a pipe). Not in a
  *                           fork child. Not 9, 19, a fault's (4-8, 11, 31),
- *                           glibc's 32 and 33, or crawl's walk signal.
+ *                           27 (SIGPROF, the profiler's), glibc's 32 and
+ *                           33, or crawl's walk signal.
  *   heap_stack_min_size=N   a stack only for allocations of N bytes or more
  *   heap_sample_bytes=N     a stack for one allocation every N bytes on
  *                           average (tcmalloc's heap sampler: the outputs
