@@ -672,13 +672,20 @@ EXPORT void *mremap(void *old, size_t old_len, size_t len, int flags, ...)
     ((alignment) ? aligned((alignment), (size), (caller)) : ALLOC((size), (caller)))
 
 typedef void (*new_handler_fn)(void);
+
+/* std::get_new_handler(), or NULL (none set, or no C++ runtime) */
+static new_handler_fn current_new_handler(void)
+{
+    new_handler_fn (*get)(void) =
+        (new_handler_fn(*)(void))dlsym(RTLD_DEFAULT, "_ZSt15get_new_handlerv");
+    return get ? get() : NULL;
+}
+
 __attribute__((noinline)) static void *new_failed(size_t n, size_t alignment,
                                                    const void *caller)
 {
     for (;;) {
-        new_handler_fn (*get)(void) =
-            (new_handler_fn(*)(void))dlsym(RTLD_DEFAULT, "_ZSt15get_new_handlerv");
-        new_handler_fn h = get ? get() : NULL;
+        new_handler_fn h = current_new_handler();
         if (!h) {
             void (*throw_bad_alloc)(void) =
                 (void (*)(void))dlsym(RTLD_DEFAULT, "_ZSt17__throw_bad_allocv");
@@ -712,9 +719,7 @@ EXPORT void *_Znam(size_t n) { return NEW_OR_THROW(n, 0); }
 __attribute__((noinline)) static void *nothrow_retry(const char *name, size_t n, size_t a,
                                                      const void *t)
 {
-    new_handler_fn (*get)(void) =
-        (new_handler_fn(*)(void))dlsym(RTLD_DEFAULT, "_ZSt15get_new_handlerv");
-    if (!get || !get())
+    if (!current_new_handler())
         return NULL;
     void *next = dlsym(RTLD_NEXT, name);
     if (!next)

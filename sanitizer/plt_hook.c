@@ -9,7 +9,6 @@
  * Every entry written is remembered with its old value: uninstall puts each
  * back exactly. */
 #include <dlfcn.h>
-#include <malloc.h>
 #include <elf.h>
 #include <errno.h>
 #include <fcntl.h>
