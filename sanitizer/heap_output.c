@@ -613,9 +613,28 @@ static void write_folded(ho_out *o, const ho_profile *p)
     free(lines), free(line);
 }
 
+/* How deep the calling thread is in writes of its own */
+static __thread int own_depth __attribute__((tls_model("initial-exec")));
+static __thread int own_cancel __attribute__((tls_model("initial-exec")));
+
+/* (not cancelled half way: a temporary file would stay, and the count of
+ * writes under way) */
+static void write_enter(void)
+{
+    if (own_depth++ == 0)
+        pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, &own_cancel);
+}
+
+static void write_leave(void)
+{
+    if (--own_depth == 0)
+        pthread_setcancelstate(own_cancel, NULL);
+}
+
 int ho_write_snap(int fd, crawl_heap_format format, hp_snap *s)
 {
     ho_profile p;
+    write_enter();
     int rc = ho_build(&p, s);
     ho_out *o = rc ? NULL : malloc(sizeof *o);
     if (!rc && !o)
@@ -635,6 +654,7 @@ int ho_write_snap(int fd, crawl_heap_format format, hp_snap *s)
         free(o);
     }
     ho_free(&p);
+    write_leave();
     return rc;
 }
 
@@ -697,18 +717,63 @@ static int write_in_place(const char *path, int (*to_fd)(int fd, crawl_heap_form
 }
 
 /* Files being written beside their path now (a heap_profile_signal
- * helper's, as the program exits) */
+ * helper's, as the program exits), and whether one is the calling
+ * thread's */
 static int writes_in_flight;
+static __thread int own_in_flight __attribute__((tls_model("initial-exec")));
 
-int ho_writes_in_flight(void) { return __atomic_load_n(&writes_in_flight, __ATOMIC_ACQUIRE); }
+int ho_writes_in_flight(void)
+{
+    return __atomic_load_n(&writes_in_flight, __ATOMIC_ACQUIRE) - own_in_flight;
+}
 
-/* The temporary file this thread is writing now, or NULL */
-static __thread const char *own_write __attribute__((tls_model("initial-exec")));
+int ho_in_own_write(void) { return own_depth > 0; }
 
-const char *ho_own_write(void) { return own_write; }
+/* The temporary files being written now, for the exit hook to remove
+ * those whose writers it ends. A slot's path is written while it is
+ * CLAIMED and read only while it is READY. (A write that finds every slot
+ * taken goes on unlisted.) */
+enum { TMP_FREE, TMP_CLAIMED, TMP_READY, TMP_SLOTS = 8 };
+static struct {
+    int state;
+    char path[PATH_MAX + 64];
+} tmps[TMP_SLOTS];
 
-/* fork child: the writers stayed in the parent */
-void ho_fork_child(void) { __atomic_store_n(&writes_in_flight, 0, __ATOMIC_RELEASE); }
+static int tmp_list(const char *path)
+{
+    for (int i = 0; i < TMP_SLOTS; i++) {
+        int free_ = TMP_FREE;
+        if (__atomic_compare_exchange_n(&tmps[i].state, &free_, TMP_CLAIMED, 0, __ATOMIC_ACQUIRE,
+                                        __ATOMIC_RELAXED)) {
+            snprintf(tmps[i].path, sizeof tmps[i].path, "%s", path);
+            __atomic_store_n(&tmps[i].state, TMP_READY, __ATOMIC_RELEASE);
+            return i;
+        }
+    }
+    return -1;
+}
+
+static void tmp_unlist(int i)
+{
+    if (i >= 0)
+        __atomic_store_n(&tmps[i].state, TMP_FREE, __ATOMIC_RELEASE);
+}
+
+void ho_remove_temporaries(void)
+{
+    for (int i = 0; i < TMP_SLOTS; i++)
+        if (__atomic_load_n(&tmps[i].state, __ATOMIC_ACQUIRE) == TMP_READY)
+            unlink(tmps[i].path);
+}
+
+/* fork child: the writers stayed in the parent (this thread's own, if it
+ * forked inside one, goes on here) */
+void ho_fork_child(void)
+{
+    __atomic_store_n(&writes_in_flight, own_in_flight, __ATOMIC_RELEASE);
+    for (int i = 0; i < TMP_SLOTS; i++)
+        __atomic_store_n(&tmps[i].state, TMP_FREE, __ATOMIC_RELEASE);
+}
 
 /* A regular file is written whole beside it, then renamed over it: a
  * reader never sees it half written, and processes that write one path
@@ -717,10 +782,20 @@ void ho_fork_child(void) { __atomic_store_n(&writes_in_flight, 0, __ATOMIC_RELEA
  * target is replaced; one that leads nowhere (/dev/stdout once the
  * program closed descriptor 1) is opened as named, never renamed over
  * (the system's /dev/stdout became a regular file). */
+static int write_path(const char *path, int (*to_fd)(int fd, crawl_heap_format format));
+
 int ho_write_path(const char *path, int (*to_fd)(int fd, crawl_heap_format format))
 {
     if (!path || !*path)
         return -EINVAL;
+    write_enter();
+    int rc = write_path(path, to_fd);
+    write_leave();
+    return rc;
+}
+
+static int write_path(const char *path, int (*to_fd)(int fd, crawl_heap_format format))
+{
     /* stdout or stderr by any name: the descriptor itself, while the
      * program has it (through the link, the file behind it was renamed
      * over: the program's own output, or a module file libdw had opened
@@ -751,21 +826,19 @@ int ho_write_path(const char *path, int (*to_fd)(int fd, crawl_heap_format forma
                  : -1;
     if (fd < 0)
         return write_in_place(path, to_fd);
-    /* (not cancelled half way: the count would stay up, and the file) */
-    int cancel;
-    pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, &cancel);
     __atomic_add_fetch(&writes_in_flight, 1, __ATOMIC_ACQ_REL);
-    own_write = tmp;
+    own_in_flight = 1;
+    int listed = tmp_list(tmp);
     int rc = to_fd(fd, crawl_heap_format_for(path));
-    own_write = NULL;
     if (close(fd) != 0 && !rc)
         rc = -errno;
     if (!rc && rename(tmp, dest) != 0)
         rc = -errno;
     if (rc)
         unlink(tmp);
+    tmp_unlist(listed);
+    own_in_flight = 0;
     __atomic_sub_fetch(&writes_in_flight, 1, __ATOMIC_ACQ_REL);
-    pthread_setcancelstate(cancel, NULL);
     return rc;
 }
 

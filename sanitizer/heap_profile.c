@@ -722,15 +722,6 @@ static void at_exit(void)
     /* this frame's own slots are no one's roots: one left unwritten held a
      * stale copy of a leaked chunk's address */
     uintptr_t above = (uintptr_t)__builtin_frame_address(0) + 2 * sizeof(void *);
-    /* exit called in the middle of this thread's own write (a Frame
-     * type's describe hook, libdw's out-of-memory handler): that write
-     * never ends, so nothing waits for it, its temporary file goes, and
-     * nothing more is written or checked (it waited 5 s, and left the file) */
-    const char *mine = ho_own_write();
-    if (mine) {
-        unlink(mine);
-        return;
-    }
     const san_options *o = san_opts();
     /* a profile heap_profile_signal's helper is writing, or about to
      * write (a signal already taken), is finished first, and no signal
@@ -739,9 +730,21 @@ static void at_exit(void)
      * Only the heap profile's helper: a thread dump's made exit wait 5 s
      * for threads that block signals. */
     __atomic_store_n(&exiting, 1, __ATOMIC_RELEASE);
+    /* exit called in the middle of this thread's own write (a Frame
+     * type's describe hook, libdw's out-of-memory handler): that write
+     * never ends, and the others may wait for a lock it holds, so nothing
+     * waits: the writes' temporary files go, and nothing more is written
+     * or checked (it waited 5 s and left the file; then, with the file
+     * gone, it left the helper's, and wrote again a profile it was writing
+     * to a device or a /dev/fd path) */
+    if (ho_in_own_write()) {
+        ho_remove_temporaries();
+        return;
+    }
     struct timespec tick = {0, 1000000};
     for (int i = 0; i < 5000 && (sw_signal_work_pending(dump_now) || ho_writes_in_flight()); i++)
         nanosleep(&tick, NULL);
+    ho_remove_temporaries();             /* (of writers still blocked after 5 s) */
     if (o->heap_profile_path[0])
         write_profile(o->heap_profile_path);
     if (o->leak_check && san_leak_check_at_exit(-1, above, &regs) > 0 && o->leak_check_exitcode) {

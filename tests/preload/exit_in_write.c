@@ -1,19 +1,48 @@
 /* The program exits in the middle of writing a profile: here a Frame
  * type's describe hook calls exit (libdw's out-of-memory handler does the
- * same, inside symbolization). The exit hook waited 5 s for that write,
- * its own thread's, and left its temporary file beside the path.
- * usage: exit_in_write PATH (under libcrawl-preload.so, heap_profile=1) */
+ * same, inside symbolization).
+ *   - The exit hook waited 5 s for that write, its own thread's, and left
+ *     its temporary file beside the path.
+ *   - Where the write was not to a temporary file (a descriptor, a device,
+ *     a /dev/fd path), the exit hook wrote heap_profile_path again, and
+ *     the hook ran (and exited) a second time.
+ *   - A heap_profile_signal helper writing at that moment left its own
+ *     temporary file.
+ * Each time the hook exits it says so on stderr.
+ * usage: exit_in_write PATH [fd|helper] (under libcrawl-preload.so,
+ *        heap_profile=1; helper: heap_profile_signal=12 and
+ *        heap_profile_path set)
+ *   (none)  write PATH
+ *   fd      write descriptor 1 (crawl_heap_profile_write_fd); PATH unused
+ *   helper  raise SIGUSR2 and wait until the helper's write is inside the
+ *           hook (where it stays), then write PATH */
 #include <crawl/crawl.h>
+#include <crawl/heap_profile.h>
+#include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
 
 static int exit_now;
+static pthread_t main_thread;
+static int helper_inside;
 
 static int describe_method(const void *m, uintptr_t pc, char *buf, size_t len)
 {
     (void)pc;
-    if (exit_now)
+    if (!pthread_equal(pthread_self(), main_thread)) {
+        __atomic_store_n(&helper_inside, 1, __ATOMIC_RELEASE);
+        for (;;)                             /* (until the process ends) */
+            pause();
+    }
+    if (exit_now) {
+        static const char line[] = "exit_in_write: the describe hook exits\n";
+        (void)!write(2, line, sizeof line - 1);
         exit(3);
+    }
     return snprintf(buf, len, "%s at script:1", (const char *)m);
 }
 
@@ -30,15 +59,30 @@ static void *volatile kept;
 
 int main(int argc, char **argv)
 {
-    if (argc != 2)
+    if (argc < 2)
         return 2;
+    const char *mode = argc > 2 ? argv[2] : "";
+    main_thread = pthread_self();
     crawl_thread_attach();
     crawl_frame f;
     crawl_frame_push(&f, &type);
     kept = malloc(100);                  /* recorded with the Frame's activation */
     crawl_frame_pop(&f);
+    if (strcmp(mode, "helper") == 0) {
+        raise(SIGUSR2);
+        struct timespec t = {0, 1000000};
+        for (int i = 0; i < 10000 && !__atomic_load_n(&helper_inside, __ATOMIC_ACQUIRE); i++)
+            nanosleep(&t, NULL);
+        if (!helper_inside) {
+            puts("exit_in_write: the helper never wrote");
+            return 4;
+        }
+    }
     exit_now = 1;
-    crawl_heap_profile_write(argv[1]);
+    if (strcmp(mode, "fd") == 0)
+        crawl_heap_profile_write_fd(1, CRAWL_HEAP_TEXT);
+    else
+        crawl_heap_profile_write(argv[1]);
     puts("exit_in_write: the write returned");
     return 0;
 }

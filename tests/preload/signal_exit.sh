@@ -5,7 +5,8 @@
 # thread dump the exit does not wait for).
 # Then a program that exits inside its own write of a profile (a describe
 # hook calls exit, as libdw's out-of-memory handler does): exit goes on at
-# once and the temporary file goes.
+# once, writes nothing more, and the temporary files go (the thread's own
+# and a heap_profile_signal helper's).
 # usage: signal_exit.sh PROGRAM PRELOAD EXIT_IN_WRITE_PROGRAM
 set -u
 prog=$1 pre=$2 inwrite=$3
@@ -36,14 +37,28 @@ for run in once once once once once storm storm storm fork dump; do
     fi
     rm -f "$work/p.svg"
 done
-t0=$(date +%s%N)
-CRAWL_OPTIONS=heap_profile=1 LD_PRELOAD=$pre "$inwrite" "$work/w.svg" >"$work/out" 2>&1
-rc=$?
-ms=$(( ($(date +%s%N) - t0) / 1000000 ))
-# (a bound, not a speed: exit waited 5 s for the thread's own write)
-if [ $rc -ne 3 ] || [ $ms -gt 2500 ] || ls "$work" | grep -q '\.tmp\.'; then
-    echo "signal_exit: exit inside the write: rc $rc after $ms ms, left: $(ls "$work")"; cat "$work/out"; fail=1
-fi
+# exit_in_write's runs: NAME CRAWL_OPTIONS, then its arguments
+in_write() {
+    name=$1 opts=$2; shift 2
+    t0=$(date +%s%N)
+    CRAWL_OPTIONS=$opts LD_PRELOAD=$pre "$inwrite" "$@" >"$work/out" 2>&1 3>>"$work/fd3.svg"
+    rc=$?
+    ms=$(( ($(date +%s%N) - t0) / 1000000 ))
+    hooks=$(grep -c "the describe hook exits" "$work/out")
+    # (a bound, not a speed: exit waited 5 s for the thread's own write)
+    if [ $rc -ne 3 ] || [ $ms -gt 2500 ] || [ "$hooks" -ne 1 ] || ls "$work" | grep -q '\.tmp\.'; then
+        echo "signal_exit: exit inside the write ($name): rc $rc after $ms ms, the hook ran $hooks times, left: $(ls "$work" | tr "\n" " ")"
+        cat "$work/out"; fail=1
+    fi
+    rm -f "$work"/*.tmp.* "$work"/*.svg
+}
+in_write path heap_profile=1 "$work/w.svg"
+# the exit hook does not write the profile again (it ran the hook again)
+in_write fd heap_profile=1:heap_profile_path="$work/p.svg" "$work/w.svg" fd
+in_write dev_fd heap_profile=1:heap_profile_path=/dev/fd/3 /dev/fd/3
+# the helper's temporary file goes too
+in_write helper heap_profile=1:heap_profile_signal=12:heap_profile_path="$work/p.svg" \
+    "$work/w.svg" helper
 if [ $fail -ne 0 ]; then
     echo "signal_exit: 0 passed, 1 failed"
     exit 1
