@@ -87,7 +87,7 @@ static unsigned walk_words(const crawl_regs *from, unsigned max, unsigned flags,
         unsigned want = max < 1 ? 1 : max > cap ? cap : max;
         unsigned n = t ? sw_backtrace_tagged(from, out, want, walk, t)
                        : sw_backtrace(from, out, want, walk);
-        if (n)
+        if (n && !(t && t->tag))         /* (with a tag the words may not be there) */
             out[0] &= ~CRAWL_DEPOT_TAGS;
         return n;
     }
@@ -124,6 +124,7 @@ uint32_t san_capture_at(const crawl_regs *from, unsigned max, unsigned flags)
 {
     uintptr_t words[CRAWL_DEPOT_MAX_FRAMES];
     sw_memo_tag t;
+    t.tag_only = !(flags & SAN_CAPTURE_COMPILE);   /* (compiling reads the words) */
     unsigned n = capture_words(from, max, flags, words, CRAWL_DEPOT_MAX_FRAMES, &t);
     if (t.tag)
         return t.tag;

@@ -438,9 +438,12 @@ typedef struct sw_memo_tag {
     unsigned long gen;                  /* its generation when the walk ended */
     unsigned skip, max;                 /* the walk's: a tag is for these pcs only */
     uint32_t tag;                       /* the word kept for these pcs, or 0 */
+    unsigned tag_only;                  /* (set by the caller) a tag found, the pcs are not wanted */
 } sw_memo_tag;
 /* sw_backtrace, and in *t the memo that holds exactly these pcs (if any)
- * and the word kept with them (0 if none). */
+ * and the word kept with them (0 if none). With t->tag_only, a walk that
+ * finds the tag may return without storing the pcs (their count is
+ * returned all the same). */
 unsigned sw_backtrace_tagged(const crawl_regs *regs, uintptr_t *pcs, unsigned max, unsigned flags,
                              sw_memo_tag *t);
 /* Keep tag with t's memo, if it still holds the same walk. */

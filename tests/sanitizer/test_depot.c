@@ -316,6 +316,157 @@ static void test_capture_memo_keeps_ids_apart(void **state)
         }
 }
 
+/* ---- the memo where rbp decides the frames above ------------------------------------- */
+
+#if defined(__x86_64__)
+/* fp_jump(fn, rbp, arg) calls fn(arg) with rbp set to a record the caller
+ * made, under CFI that computes its CFA from rbp (as code with frame
+ * pointers and alloca has it): its caller, as an unwinder sees it, is the
+ * return address in that record. Two calls from one place, with records
+ * at two addresses, make walks that start from the same registers and
+ * read the same return address words where the first walk read them (the
+ * first record stays as it was), and part only by rbp. fake_a and fake_b
+ * are the callers the records name. save_rbp(fn) calls fn with rbp saved
+ * on the stack and then zeroed: the walk reads fp_jump's rbp back from
+ * there, not from the registers it starts with. */
+__asm__(".text\n"
+        ".type fp_jump, @function\n"
+        "fp_jump:\n"
+        ".cfi_startproc\n"
+        "push %rbp\n"
+        ".cfi_def_cfa_offset 16\n"
+        ".cfi_offset %rbp, -16\n"
+        "mov %rsi, %rbp\n"
+        ".cfi_def_cfa %rbp, 16\n"
+        "mov %rdi, %rax\n"
+        "mov %rdx, %rdi\n"
+        "call *%rax\n"
+        "lea 8(%rsp), %rsp\n"      /* (rbp back from the real stack) */
+        ".cfi_def_cfa %rsp, 8\n"
+        "mov -8(%rsp), %rbp\n"
+        "ret\n"
+        ".cfi_endproc\n"
+        ".size fp_jump, .-fp_jump\n"
+        ".type save_rbp, @function\n"
+        "save_rbp:\n"
+        ".cfi_startproc\n"
+        "push %rbp\n"
+        ".cfi_def_cfa_offset 16\n"
+        ".cfi_offset %rbp, -16\n"
+        "xor %ebp, %ebp\n"
+        "call *%rdi\n"
+        "pop %rbp\n"
+        ".cfi_def_cfa_offset 8\n"
+        "ret\n"
+        ".cfi_endproc\n"
+        ".size save_rbp, .-save_rbp\n"
+        ".type fake_a, @function\n"
+        "fake_a:\n"
+        ".cfi_startproc\n"
+        "nop\n"
+        "fake_a_site:\n"
+        "nop\n"
+        "ret\n"
+        ".cfi_endproc\n"
+        ".size fake_a, .-fake_a\n"
+        ".type fake_b, @function\n"
+        "fake_b:\n"
+        ".cfi_startproc\n"
+        "nop\n"
+        "fake_b_site:\n"
+        "nop\n"
+        "ret\n"
+        ".cfi_endproc\n"
+        ".size fake_b, .-fake_b\n");
+void fp_jump(void (*fn)(void *), uintptr_t rbp, void *arg);
+void save_rbp(void (*fn)(void));
+extern const char fake_a_site[], fake_b_site[];
+
+#define RBP_MAX 4                        /* rbp_capture, its caller, fp_jump, the fake */
+static uint32_t rbp_id;
+static uintptr_t rbp_pcs[4];
+static int rbp_npcs;
+
+NO_IPA static void rbp_capture(void)
+{
+    rbp_id = crawl_depot_capture(RBP_MAX, 0);       /* (the depot's: its id kept with the memo) */
+    rbp_npcs = crawl_backtrace(rbp_pcs, RBP_MAX, 0);  /* (the backtrace's: no id) */
+    __asm__ volatile("" ::: "memory");
+}
+
+NO_IPA static void rbp_capture_direct(void *unused)
+{
+    (void)unused;
+    rbp_capture();
+    __asm__ volatile("" ::: "memory");   /* (no tail call: the frame stays) */
+}
+
+/* The walk from fp_jump's own registers as they are at its call (rbp the
+ * record's address; every frame but fp_jump's saves rbp, so only here
+ * is it the starting rbp that decides) */
+static uint32_t rbp_from_id;
+
+NO_IPA static void rbp_capture_from(void *unused)
+{
+    (void)unused;
+    crawl_regs r = {0};
+    uintptr_t *frame = __builtin_frame_address(0);
+    r.ip = (uintptr_t)__builtin_return_address(0);
+    r.sp = (uintptr_t)(frame + 2);
+    r.fp = frame[0];
+    rbp_from_id = crawl_depot_capture_from(&r, 1, 0);   /* fp_jump's frame, skipped: the fake */
+    __asm__ volatile("" ::: "memory");
+}
+
+static void test_memo_minds_rbp(void **state)
+{
+    (void)state;
+    /* each record: the saved rbp, the return address, then the return
+     * address of fake_a's or fake_b's frame (code, so that the walk gets
+     * past it: with 0 there the quick walk handed it on, and the memo was
+     * not kept) */
+    uintptr_t rec_a[4] = {0, (uintptr_t)fake_a_site, (uintptr_t)fake_a_site, 0};
+    uintptr_t rec_b[4] = {0, (uintptr_t)fake_b_site, (uintptr_t)fake_b_site, 0};
+    const uintptr_t *recs[] = {rec_a, rec_a, rec_a, rec_b, rec_b, rec_a, rec_b};
+    const char *want[] = {"fake_a", "fake_a", "fake_a", "fake_b", "fake_b", "fake_a", "fake_b"};
+    for (volatile unsigned i = 0; i < sizeof recs / sizeof recs[0]; i++) {
+        fp_jump(rbp_capture_from, (uintptr_t)recs[i], NULL);
+        const uintptr_t *w;
+        assert_int_equal(crawl_depot_get(rbp_from_id, &w), 1);
+        if (strcmp(function_at(rbp_from_id, 0), want[i]) != 0)
+            fail_msg("from fp_jump's registers, walk %u: the depot's stack starts at %s, not %s",
+                     i, function_at(rbp_from_id, 0), want[i]);
+    }
+    for (int saved = 0; saved < 2; saved++) {
+        const char *mid = saved ? "save_rbp" : "rbp_capture_direct";
+        for (volatile unsigned i = 0; i < sizeof recs / sizeof recs[0]; i++) {
+            /* one call site: the same registers */
+            if (saved)
+                fp_jump((void (*)(void *))save_rbp, (uintptr_t)recs[i], (void *)rbp_capture);
+            else
+                fp_jump(rbp_capture_direct, (uintptr_t)recs[i], NULL);
+            const uintptr_t *w;
+            assert_int_equal(crawl_depot_get(rbp_id, &w), RBP_MAX);
+            assert_string_equal(function_at(rbp_id, 0), "rbp_capture");
+            assert_string_equal(function_at(rbp_id, 1), mid);
+            assert_string_equal(function_at(rbp_id, 2), "fp_jump");
+            if (strcmp(function_at(rbp_id, 3), want[i]) != 0)
+                fail_msg("under %s, walk %u: the depot's stack has %s above fp_jump, not %s", mid,
+                         i, function_at(rbp_id, 3), want[i]);
+            assert_int_equal(rbp_npcs, RBP_MAX);
+            crawl_symbol sym;
+            char buf[256];
+            assert_int_equal(crawl_symbolize(rbp_pcs[3] - 1, &sym, buf, sizeof buf), 0);
+            if (strcmp(sym.function, want[i]) != 0)
+                fail_msg("under %s, walk %u: the backtrace has %s above fp_jump, not %s", mid, i,
+                         sym.function, want[i]);
+        }
+    }
+}
+#else
+static void test_memo_minds_rbp(void **state) { skip(); }
+#endif
+
 /* ---- the byte budget (last: it leaves the depot full) --------------------------------- */
 
 static char report_text[4096];
@@ -380,6 +531,7 @@ int main(void)
         cmocka_unit_test(test_capture_mixed_stack),
         cmocka_unit_test(test_print_made_up_activation),
         cmocka_unit_test(test_capture_memo_keeps_ids_apart),
+        cmocka_unit_test(test_memo_minds_rbp),
         cmocka_unit_test(test_budget),
     };
     return cmocka_run_group_tests_name("depot", tests, NULL, NULL);
