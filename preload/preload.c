@@ -145,6 +145,7 @@ __attribute__((constructor)) static void preload_init(void)
         return;
     /* never unloaded: walks through malloc need not ask the loader */
     crawl_module_pin((const void *)preload_init);
+    crawl__hp_whole_process();
     crawl_heap_profile_from_options();
 }
 

@@ -119,8 +119,13 @@ static void filter_set(unsigned slot, unsigned char count)
         __atomic_store_n(w, was ^ m, __ATOMIC_RELAXED);
 }
 
+/* Every slot stuck (filter_saturate): the filter is not kept */
+static atomic_int saturated;
+
 static void filter_add(uintptr_t ptr, int delta)   /* under ptr's shard lock */
 {
+    if (atomic_load_explicit(&saturated, memory_order_relaxed))
+        return;
     unsigned slot = crawl__hp_filter_slot((const void *)ptr);
     unsigned char v = __atomic_load_n(&crawl__hp.counts[slot], __ATOMIC_RELAXED);
     if (delta > 0)
@@ -128,6 +133,35 @@ static void filter_add(uintptr_t ptr, int delta)   /* under ptr's shard lock */
     if (v == 255 || (v == 0 && delta < 0))
         return;
     filter_set(slot, (unsigned char)(v + delta));
+}
+
+/* Whole process, every allocation recorded (libcrawl-preload.so): almost
+ * every free is of a recorded chunk, so the filter would pass nearly all
+ * of them, and keeping it cost each record and free a count and a bit
+ * (paired, every stack: 4.31x glibc with it, 4.02x without). Every slot
+ * is stuck instead, each shard's under its lock, and for good: frees of
+ * any pointer look in the table from now on, also the inline hooks
+ * compiled against an older crawl, which read only the bits. */
+static int whole_process;
+
+void crawl__hp_whole_process(void) { whole_process = 1; }
+
+static void filter_saturate(void)
+{
+    if (atomic_load(&saturated))
+        return;
+    __atomic_fetch_or(&crawl__free_kind, CRAWL__FREE_FILTER | CRAWL__FREE_ALIGNED,
+                      __ATOMIC_RELAXED);     /* (before the bits) */
+    const unsigned per = 1u << (14 - HP_SHARD_BITS);   /* slots a shard owns */
+    for (unsigned i = 0; i < HP_SHARDS; i++) {
+        shard_lock(&shards[i].lock);
+        for (unsigned slot = i * per; slot < (i + 1) * per; slot++)
+            __atomic_store_n(&crawl__hp.counts[slot], 255, __ATOMIC_RELAXED);
+        for (unsigned w = i * per / 64; w < (i + 1) * per / 64; w++)
+            __atomic_store_n(&crawl__hp.bits[w], ~(uint64_t)0, __ATOMIC_RELAXED);
+        shard_unlock(&shards[i].lock);
+    }
+    atomic_store(&saturated, 1);
 }
 
 void crawl__hp_filter_stick(const void *p)
@@ -484,6 +518,8 @@ int crawl_heap_profile_start(void)
         }
         n = 0;
     }
+    if (n == 0 && whole_process)
+        filter_saturate();
     atomic_store(&sample_bytes, n);
     __atomic_store_n(&crawl__hp.sampled, n != 0, __ATOMIC_RELAXED);
     __atomic_store_n(&crawl__hp.mmap, san_opts()->heap_profile_mmap != 0, __ATOMIC_RELAXED);

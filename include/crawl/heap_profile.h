@@ -124,6 +124,10 @@ CRAWL_API void crawl__hp_take(const void *p, crawl__hp_saved *out);
 CRAWL_API void crawl__hp_put_back(const crawl__hp_saved *saved);
 /* Put p in the free filter for good (a count stuck at 255). */
 CRAWL_API void crawl__hp_filter_stick(const void *p);
+/* libcrawl-preload.so records the whole process: from the first start
+ * that records every allocation, frees look every pointer up (the filter
+ * is stuck whole). Not API. */
+CRAWL_API void crawl__hp_whole_process(void);
 /* The same, the stack starting at the caller of the frame whose registers
  * are *from (an allocator whose slow path is a function of its own). */
 CRAWL_API void crawl__heap_profile_slow_from(const void *p, size_t size, uintptr_t caller,
