@@ -87,7 +87,7 @@ static unsigned walk_words(const crawl_regs *from, unsigned max, unsigned flags,
         unsigned want = max < 1 ? 1 : max > cap ? cap : max;
         unsigned n = t ? sw_backtrace_tagged(from, out, want, walk, t)
                        : sw_backtrace(from, out, want, walk);
-        if (n && !(t && t->tag))         /* (with a tag the words may not be there) */
+        if (n)
             out[0] &= ~CRAWL_DEPOT_TAGS;
         return n;
     }
@@ -120,11 +120,11 @@ uint32_t san_capture_uc(const ucontext_t *uc, unsigned max, unsigned flags)
 
 /* A stack the walk memo replayed whole has the depot id its first capture
  * got, kept with the memo: no depot lookup then. */
-uint32_t san_capture_at(const crawl_regs *from, unsigned max, unsigned flags)
+__attribute__((noinline)) static uint32_t capture_walked(const crawl_regs *from, unsigned max,
+                                                         unsigned flags)
 {
     uintptr_t words[CRAWL_DEPOT_MAX_FRAMES];
     sw_memo_tag t;
-    t.tag_only = !(flags & SAN_CAPTURE_COMPILE);   /* (compiling reads the words) */
     unsigned n = capture_words(from, max, flags, words, CRAWL_DEPOT_MAX_FRAMES, &t);
     if (t.tag)
         return t.tag;
@@ -132,6 +132,20 @@ uint32_t san_capture_at(const crawl_regs *from, unsigned max, unsigned flags)
     if (id)
         sw_memo_set_tag(&t, id);
     return id;
+}
+
+/* First a walk the memo holds whole: its id, without the walk (compiling
+ * reads the words); then capture_walked, whose frame (the words) only a
+ * walk needs. */
+uint32_t san_capture_at(const crawl_regs *from, unsigned max, unsigned flags)
+{
+    if (!(flags & SAN_CAPTURE_COMPILE)) {
+        unsigned want = max < 1 ? 1 : max > CRAWL_DEPOT_MAX_FRAMES ? CRAWL_DEPOT_MAX_FRAMES : max;
+        uint32_t id = sw_memo_probe(from, want, flags);
+        if (id)
+            return id;
+    }
+    return capture_walked(from, max, flags);
 }
 
 uint32_t crawl_depot_capture(unsigned max_frames, unsigned flags)

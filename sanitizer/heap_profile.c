@@ -401,8 +401,9 @@ static void record(const void *p, size_t size, uintptr_t caller, const crawl_reg
                   .flags = sample ? HP_SAMPLED : 0};
     if (sample)
         insert_prefetch(e.ptr);
-    if (sample || size >= o->heap_stack_min_size)
-        e.stack = hp_capture_stack(from);
+    if (sample || size >= o->heap_stack_min_size)   /* (hp_capture_stack's, inside already) */
+        e.stack = san_capture_at(from, o->malloc_context_size,
+                                 o->heap_stack_fast ? CRAWL_WALK_FAST : 0);
     if (insert(&e) != 0)
         atomic_fetch_add_explicit(&dropped, 1, memory_order_relaxed);
     hp_inside_leave(was);

@@ -438,14 +438,15 @@ typedef struct sw_memo_tag {
     unsigned long gen;                  /* its generation when the walk ended */
     unsigned skip, max;                 /* the walk's: a tag is for these pcs only */
     uint32_t tag;                       /* the word kept for these pcs, or 0 */
-    unsigned tag_only;                  /* (set by the caller) a tag found, the pcs are not wanted */
 } sw_memo_tag;
 /* sw_backtrace, and in *t the memo that holds exactly these pcs (if any)
- * and the word kept with them (0 if none). With t->tag_only, a walk that
- * finds the tag may return without storing the pcs (their count is
- * returned all the same). */
+ * and the word kept with them (0 if none). */
 unsigned sw_backtrace_tagged(const crawl_regs *regs, uintptr_t *pcs, unsigned max, unsigned flags,
                              sw_memo_tag *t);
+/* The word kept with the memo that sw_backtrace_tagged(regs, max, flags)
+ * would replay whole, if its walk still holds (the stack words it read
+ * unchanged), without the walk: 0 if none (then walk). Normal context. */
+uint32_t sw_memo_probe(const crawl_regs *regs, unsigned max, unsigned flags);
 /* Keep tag with t's memo, if it still holds the same walk. */
 void sw_memo_set_tag(const sw_memo_tag *t, uint32_t tag);
 crawl_walk_status sw_walk(const crawl_regs *regs, unsigned exact, unsigned skip,

@@ -588,10 +588,10 @@ typedef struct walk_memo {
     uint32_t tag;                       /* sw_memo_set_tag's word, for tag_skip/tag_max */
     unsigned tag_skip, tag_max;
     /* The tag's walk as a flat list (memo_build_checks): replaying this
-     * memo from its first frame gives the tag's tag_n pcs exactly when
-     * each check's word holds its value, and rbp at the start is fp0 (if
+     * memo from its first frame gives the tag's pcs exactly when each
+     * check's word holds its value, and rbp at the start is fp0 (if
      * fp0_check). checks_ok 0: no list. */
-    unsigned checks_ok, nchecks, tag_n, fp0_check;
+    unsigned checks_ok, nchecks, fp0_check;
     uintptr_t fp0;
     memo_frame f[SW_MEMO_FRAMES];
     struct {
@@ -797,14 +797,8 @@ static void memo_build_checks(walk_memo *m, unsigned skip, unsigned max)
         if (f->fp_at)
             fp_from = f->fp_at;
     }
-    unsigned reached;                    /* the frames replay would count (o.k) */
-    if (k >= stop)
-        reached = stop;
-    else if (m->end)
-        reached = k + 1;
-    else
+    if (k < stop && !m->end)
         return;                          /* (it would go on unwinding) */
-    m->tag_n = reached > skip ? (reached - skip < max ? reached - skip : max) : 0;
     m->nchecks = nc, m->fp0_check = fp0_check, m->fp0 = fp0;
     m->checks_ok = 1;
 }
@@ -920,16 +914,6 @@ static int quick_backtrace(const sw_snapshot *snap, walk_memos *memos, uintptr_t
                 m = e;
                 break;
             }
-        }
-        if (m && t && t->tag_only && m->tag && m->checks_ok && m->tag_skip == o.skip &&
-            m->tag_max == max && memo_checks_hold(m, r->fp)) {
-            /* the tag is all the caller wants: no pcs */
-            t->memo = (void *)m, t->gen = m->gen, t->skip = o.skip, t->max = max, t->tag = m->tag;
-            memos->recent = (unsigned)(m - memos->m);
-            memos->busy = 0;
-            *skip_io = 0;
-            *n_out = m->tag_n;
-            return 1;
         }
         if (m) {
             st = replay(m, 0, r, &o, NULL);
@@ -1069,6 +1053,40 @@ static unsigned backtrace_from(const crawl_regs *regs, uintptr_t *pcs, unsigned 
               .pcs = pcs, .pcs_max = max, .pcs_n = n};
     run_walk(&w, &at, 0, skip);
     return w.pcs_n;
+}
+
+uint32_t sw_memo_probe(const crawl_regs *regs, unsigned max, unsigned flags)
+{
+    /* (backtrace_from's and quick_backtrace's conditions for the memo) */
+    crawl__thread *th = crawl__self();
+    walk_memos *memos = th->walk_memo;
+    uintptr_t lo = th->stack_lo, span = th->stack_hi - th->stack_lo;
+    uintptr_t here = (uintptr_t)__builtin_frame_address(0);
+    if (!memos || memos->busy || (flags & (CRAWL_WALK_FAST | CRAWL_WALK_SIGNAL_SAFE)) ||
+        !th->attached || th->top || regs->sp - lo >= span || here - lo >= span ||
+        max == 0 || 1 + max >= SW_MEMO_FRAMES)
+        return 0;
+    uint32_t tag = 0;
+    const sw_range_table *held = sw_ranges_enter();
+    const sw_snapshot *snap = held ? NULL : sw_snap_enter(th);
+    if (snap) {
+        memos->busy = 1;                 /* (a handler's walk meanwhile leaves them alone) */
+        for (unsigned i = 0; i < SW_MEMOS; i++) {
+            const walk_memo *m = &memos->m[i];
+            if (m->n && m->snap == snap && m->f[0].ip == regs->ip && m->f[0].sp == regs->sp) {
+                if (m->tag && m->checks_ok && m->tag_skip == 1 && m->tag_max == max &&
+                    memo_checks_hold(m, regs->fp)) {
+                    tag = m->tag;
+                    memos->recent = i;
+                }
+                break;
+            }
+        }
+        memos->busy = 0;
+        sw_snap_exit(th);
+    }
+    sw_ranges_exit(held);
+    return tag;
 }
 
 unsigned sw_backtrace(const crawl_regs *regs, uintptr_t *pcs, unsigned max, unsigned flags)
