@@ -406,7 +406,8 @@ __attribute__((noinline)) static void free_slow(void *p)
 {
     if (!p || from_boot(p))
         return;
-    int sample = crawl__hp_may_hold(p) && crawl__hp_forget_sample(p);
+    int all = __atomic_load_n(&crawl__free_kind, __ATOMIC_RELAXED) & CRAWL__FREE_ALL;
+    int sample = (all ? crawl__hp.on != 0 : crawl__hp_may_hold(p)) && crawl__hp_forget_sample(p);
     if (__builtin_expect(crawl_gpa_owns_inline(p), 0)) {
         crawl_regs here;
         crawl_capture_regs(&here);
@@ -430,7 +431,8 @@ __attribute__((noinline)) static void free_slow(void *p)
  * crawl__free_kind says it can be so: the sampled heap profile's frees
  * test the pointer's low bits alone (its samples are placed where free
  * tells them by address), GWP-ASan's the pool alone, recording every
- * allocation the filter, and a process with none goes straight to glibc.
+ * allocation the filter (recording the whole process, no test: every
+ * pointer, FREE_ALL), and a process with none goes straight to glibc.
  * Each test branches off to free_slow, so that glibc is reached without a
  * frame. Expanded into free and each
  * operator delete, so that a free stack starts at the entry point the
@@ -442,6 +444,8 @@ static inline __attribute__((always_inline)) void release(void *p)
         if (__builtin_expect(crawl__hp_addr_tellable((uintptr_t)p), 0))
             goto slow;
     } else if (kind != 0) {
+        if (kind & CRAWL__FREE_ALL)
+            goto slow;
         if ((kind & CRAWL__FREE_POOL) && __builtin_expect(crawl_gpa_owns_inline(p), 0))
             goto slow;
         if (kind & CRAWL__FREE_FILTER) {

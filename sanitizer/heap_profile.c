@@ -162,6 +162,7 @@ static void filter_saturate(void)
         shard_unlock(&shards[i].lock);
     }
     atomic_store(&saturated, 1);
+    __atomic_fetch_or(&crawl__free_kind, CRAWL__FREE_ALL, __ATOMIC_RELAXED);   /* (after the bits) */
 }
 
 void crawl__hp_filter_stick(const void *p)

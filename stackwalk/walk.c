@@ -809,10 +809,15 @@ static inline int memo_checks_hold(const walk_memo *m, uintptr_t fp)
 {
     if (m->fp0_check && fp != m->fp0)
         return 0;
-    for (unsigned i = 0; i < m->nchecks; i++)
-        if (*(const uintptr_t *)m->check[i].at != m->check[i].val)
+    /* two at a time, one branch for both (a branch each cost a third more) */
+    unsigned i = 0, n = m->nchecks;
+    for (; i + 1 < n; i += 2) {
+        uintptr_t a = *(const uintptr_t *)m->check[i].at ^ m->check[i].val;
+        uintptr_t b = *(const uintptr_t *)m->check[i + 1].at ^ m->check[i + 1].val;
+        if (a | b)
             return 0;
-    return 1;
+    }
+    return i == n || *(const uintptr_t *)m->check[i].at == m->check[i].val;
 }
 
 /* Where a quick walk's pcs go: frame k (0 the first) at pcs[k - skip]. */

@@ -83,7 +83,10 @@ CRAWL_API extern int crawl__hook_kind;
  * before what needs it is published (the pool's bounds, the filter's
  * bit), so a free of a pointer handed over from the thread that got it
  * sees them. Not API. */
-enum { CRAWL__FREE_POOL = 1, CRAWL__FREE_FILTER = 2, CRAWL__FREE_ALIGNED = 4 };
+/* FREE_ALL: the filter is stuck whole (the preload recording every
+ * allocation): every pointer may be recorded, free looks each up without
+ * the filter's test. */
+enum { CRAWL__FREE_POOL = 1, CRAWL__FREE_FILTER = 2, CRAWL__FREE_ALIGNED = 4, CRAWL__FREE_ALL = 8 };
 #define CRAWL__HP_ALIGN 4096
 static inline int crawl__hp_addr_tellable(uintptr_t p) { return (p & 0xfef) == 0; }
 CRAWL_API extern int crawl__free_kind;
