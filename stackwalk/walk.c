@@ -580,6 +580,8 @@ typedef struct memo_frame {
     uintptr_t cfa_fp;                   /* its rule's CFA is rbp-based: fp matters here */
 } memo_frame;
 
+enum { MEMO_CHECKS_UNBUILT, MEMO_CHECKS_OK, MEMO_CHECKS_NONE };
+
 typedef struct walk_memo {
     const sw_snapshot *snap;            /* the snapshot its rules came from */
     unsigned n;                         /* frames reached: f[0..n) */
@@ -587,11 +589,11 @@ typedef struct walk_memo {
     unsigned long gen;                  /* changes with every rewrite */
     uint32_t tag;                       /* sw_memo_set_tag's word, for tag_skip/tag_max */
     unsigned tag_skip, tag_max;
-    /* The tag's walk as a flat list (memo_build_checks): replaying this
-     * memo from its first frame gives the tag's pcs exactly when each
-     * check's word holds its value, and rbp at the start is fp0 (if
-     * fp0_check). checks_ok 0: no list. */
-    unsigned checks_ok, nchecks, fp0_check;
+    /* The tag's walk as a flat list (memo_build_checks, MEMO_CHECKS_OK):
+     * replaying this memo from its first frame gives the tag's pcs
+     * exactly when each check's word holds its value, and rbp at the
+     * start is fp0 (if fp0_check). */
+    unsigned checks, nchecks, fp0_check;
     uintptr_t fp0;
     memo_frame f[SW_MEMO_FRAMES];
     struct {
@@ -774,7 +776,7 @@ static __attribute__((noinline)) int quick_loop_rec(quick_regs *r, const sw_cfi_
  * (per frame, 22 instructions where the list takes about 5). */
 static void memo_build_checks(walk_memo *m, unsigned skip, unsigned max)
 {
-    m->checks_ok = 0;
+    m->checks = MEMO_CHECKS_NONE;
     if (!m->n)
         return;
     const unsigned stop = skip + max;
@@ -800,7 +802,7 @@ static void memo_build_checks(walk_memo *m, unsigned skip, unsigned max)
     if (k < stop && !m->end)
         return;                          /* (it would go on unwinding) */
     m->nchecks = nc, m->fp0_check = fp0_check, m->fp0 = fp0;
-    m->checks_ok = 1;
+    m->checks = MEMO_CHECKS_OK;
 }
 
 /* 1 if m's flat list holds for a walk starting at m's first frame with
@@ -927,6 +929,12 @@ static int quick_backtrace(const sw_snapshot *snap, walk_memos *memos, uintptr_t
                 if (t) {
                     t->memo = (void *)m, t->gen = m->gen, t->skip = o.skip, t->max = max;
                     t->tag = m->tag_skip == o.skip && m->tag_max == max ? m->tag : 0;
+                    /* a walk met again whole: its flat list, for sw_memo_probe
+                     * (built only now: with many call paths, most memos are
+                     * never met whole, and a list for each cost more than
+                     * the probe saved) */
+                    if (t->tag && m->checks == MEMO_CHECKS_UNBUILT)
+                        memo_build_checks((walk_memo *)m, o.skip, max);
                 }
                 memos->recent = (unsigned)(m - memos->m);
                 goto out;
@@ -1071,26 +1079,35 @@ uint32_t sw_memo_probe(const crawl_regs *regs, unsigned max, unsigned flags)
         !th->attached || th->top || regs->sp - lo >= span || here - lo >= span ||
         max == 0 || 1 + max >= SW_MEMO_FRAMES)
         return 0;
+    memos->busy = 1;                     /* (a handler's walk meanwhile leaves them alone) */
+    /* a memo with a tag for this walk that starts here; only then the
+     * snapshot (a miss costs the loop alone: with many call paths, most
+     * walks miss) */
+    walk_memo *m = NULL;
+    unsigned i = 0;
+    for (; i < SW_MEMOS; i++) {
+        walk_memo *e = &memos->m[i];
+        if (e->n && e->f[0].ip == regs->ip && e->f[0].sp == regs->sp) {
+            if (e->tag && e->tag_skip == 1 && e->tag_max == max && e->checks == MEMO_CHECKS_OK)
+                m = e;
+            break;
+        }
+    }
     uint32_t tag = 0;
-    const sw_range_table *held = sw_ranges_enter();
-    const sw_snapshot *snap = held ? NULL : sw_snap_enter(th);
-    if (snap) {
-        memos->busy = 1;                 /* (a handler's walk meanwhile leaves them alone) */
-        for (unsigned i = 0; i < SW_MEMOS; i++) {
-            const walk_memo *m = &memos->m[i];
-            if (m->n && m->snap == snap && m->f[0].ip == regs->ip && m->f[0].sp == regs->sp) {
-                if (m->tag && m->checks_ok && m->tag_skip == 1 && m->tag_max == max &&
-                    memo_checks_hold(m, regs->fp)) {
-                    tag = m->tag;
-                    memos->recent = i;
-                }
-                break;
+    if (m) {
+        const sw_range_table *held = sw_ranges_enter();
+        const sw_snapshot *snap = held ? NULL : sw_snap_enter(th);
+        if (snap && m->snap == snap) {
+            if (m->checks == MEMO_CHECKS_OK && memo_checks_hold(m, regs->fp)) {
+                tag = m->tag;
+                memos->recent = i;
             }
         }
-        memos->busy = 0;
-        sw_snap_exit(th);
+        if (snap)
+            sw_snap_exit(th);
+        sw_ranges_exit(held);
     }
-    sw_ranges_exit(held);
+    memos->busy = 0;
     return tag;
 }
 
@@ -1113,7 +1130,7 @@ void sw_memo_set_tag(const sw_memo_tag *t, uint32_t tag)
     /* (the thread's own memos, not being written by a nested walk) */
     if (m && memos && !memos->busy && m->gen == t->gen) {
         m->tag = tag, m->tag_skip = t->skip, m->tag_max = t->max;
-        memo_build_checks(m, t->skip, t->max);
+        m->checks = MEMO_CHECKS_UNBUILT;   /* (built when a walk replays it whole) */
     }
 }
 
