@@ -8,6 +8,7 @@
 #include <limits.h>
 #include <math.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -720,7 +721,7 @@ static int write_in_place(const char *path, int (*to_fd)(int fd, crawl_heap_form
  * helper's, as the program exits), and whether one is the calling
  * thread's */
 static int writes_in_flight;
-static __thread int own_in_flight __attribute__((tls_model("initial-exec")));
+static __thread int own_in_flight __attribute__((tls_model("initial-exec")));   /* (nested: a count) */
 
 int ho_writes_in_flight(void)
 {
@@ -731,9 +732,12 @@ int ho_in_own_write(void) { return own_depth > 0; }
 
 /* The temporary files being written now, for the exit hook to remove
  * those whose writers it ends. A slot's path is written while it is
- * CLAIMED and read only while it is READY. (A write that finds every slot
- * taken goes on unlisted.) */
-enum { TMP_FREE, TMP_CLAIMED, TMP_READY, TMP_SLOTS = 8 };
+ * CLAIMED; the remover takes a READY slot as REMOVING before it reads the
+ * path, and its writer waits for it to be READY again before it frees it
+ * (a path read while its writer freed the slot and another claimed it
+ * could be half of each: another file's name). A write that finds every
+ * slot taken goes on unlisted. */
+enum { TMP_FREE, TMP_CLAIMED, TMP_READY, TMP_REMOVING, TMP_SLOTS = 8 };
 static struct {
     int state;
     char path[PATH_MAX + 64];
@@ -746,7 +750,7 @@ static int tmp_list(const char *path)
         if (__atomic_compare_exchange_n(&tmps[i].state, &free_, TMP_CLAIMED, 0, __ATOMIC_ACQUIRE,
                                         __ATOMIC_RELAXED)) {
             snprintf(tmps[i].path, sizeof tmps[i].path, "%s", path);
-            __atomic_store_n(&tmps[i].state, TMP_READY, __ATOMIC_RELEASE);
+            __atomic_store_n(&tmps[i].state, TMP_READY, __ATOMIC_SEQ_CST);
             return i;
         }
     }
@@ -755,15 +759,41 @@ static int tmp_list(const char *path)
 
 static void tmp_unlist(int i)
 {
-    if (i >= 0)
-        __atomic_store_n(&tmps[i].state, TMP_FREE, __ATOMIC_RELEASE);
+    if (i < 0)
+        return;
+    for (;;) {
+        int ready = TMP_READY;
+        if (__atomic_compare_exchange_n(&tmps[i].state, &ready, TMP_FREE, 0, __ATOMIC_RELEASE,
+                                        __ATOMIC_RELAXED))
+            return;
+        sched_yield();                   /* (the remover holds it for one unlink) */
+    }
 }
 
 void ho_remove_temporaries(void)
 {
-    for (int i = 0; i < TMP_SLOTS; i++)
-        if (__atomic_load_n(&tmps[i].state, __ATOMIC_ACQUIRE) == TMP_READY)
+    for (int i = 0; i < TMP_SLOTS; i++) {
+        int ready = TMP_READY;
+        if (__atomic_compare_exchange_n(&tmps[i].state, &ready, TMP_REMOVING, 0, __ATOMIC_ACQUIRE,
+                                        __ATOMIC_RELAXED)) {
             unlink(tmps[i].path);
+            __atomic_store_n(&tmps[i].state, TMP_READY, __ATOMIC_RELEASE);
+        }
+    }
+}
+
+/* Set by the exit hook (ho_closing): the thread whose writes may still
+ * make a temporary file; any other's is refused from then on (a thread
+ * writing in a loop started one after the hook had removed the others',
+ * and the process ended it half way) */
+static long closing_tid;
+
+void ho_closing(void) { __atomic_store_n(&closing_tid, (long)gettid(), __ATOMIC_SEQ_CST); }
+
+static int refused_now(void)
+{
+    long t = __atomic_load_n(&closing_tid, __ATOMIC_SEQ_CST);
+    return t != 0 && t != (long)gettid();
 }
 
 /* fork child: the writers stayed in the parent (this thread's own, if it
@@ -771,6 +801,7 @@ void ho_remove_temporaries(void)
 void ho_fork_child(void)
 {
     __atomic_store_n(&writes_in_flight, own_in_flight, __ATOMIC_RELEASE);
+    __atomic_store_n(&closing_tid, 0, __ATOMIC_RELEASE);
     for (int i = 0; i < TMP_SLOTS; i++)
         __atomic_store_n(&tmps[i].state, TMP_FREE, __ATOMIC_RELEASE);
 }
@@ -819,6 +850,8 @@ static int write_path(const char *path, int (*to_fd)(int fd, crawl_heap_format f
             return write_in_place(path, to_fd);
         dest = target;
     }
+    if (refused_now())
+        return -ECANCELED;
     char tmp[PATH_MAX + 64];
     int n = snprintf(tmp, sizeof tmp, "%s.tmp.%d.%ld", dest, (int)getpid(), (long)gettid());
     int fd = n > 0 && (size_t)n < sizeof tmp
@@ -827,9 +860,11 @@ static int write_path(const char *path, int (*to_fd)(int fd, crawl_heap_format f
     if (fd < 0)
         return write_in_place(path, to_fd);
     __atomic_add_fetch(&writes_in_flight, 1, __ATOMIC_ACQ_REL);
-    own_in_flight = 1;
+    own_in_flight++;
     int listed = tmp_list(tmp);
-    int rc = to_fd(fd, crawl_heap_format_for(path));
+    /* (again after listing, seq_cst against the hook's store: a write the
+     * hook does not see listed sees the hook, and takes its file back) */
+    int rc = refused_now() ? -ECANCELED : to_fd(fd, crawl_heap_format_for(path));
     if (close(fd) != 0 && !rc)
         rc = -errno;
     if (!rc && rename(tmp, dest) != 0)
@@ -837,7 +872,7 @@ static int write_path(const char *path, int (*to_fd)(int fd, crawl_heap_format f
     if (rc)
         unlink(tmp);
     tmp_unlist(listed);
-    own_in_flight = 0;
+    own_in_flight--;
     __atomic_sub_fetch(&writes_in_flight, 1, __ATOMIC_ACQ_REL);
     return rc;
 }

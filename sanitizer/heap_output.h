@@ -63,14 +63,18 @@ unsigned ho_intern(ho_profile *p, const char *s);   /* 0 for "" (and when out of
 int ho_write_snap(int fd, crawl_heap_format format, hp_snap *s);
 /* path created or truncated, then write_fd(fd, the format of its extension). */
 int ho_write_path(const char *path, int (*to_fd)(int fd, crawl_heap_format format));
-/* Other threads writing a profile now (ho_write_path or ho_write_snap
- * under way: a temporary file not yet renamed or removed) */
+/* Other threads writing a profile beside its path now (a temporary file
+ * not yet renamed or removed; writes to a descriptor, a device or a
+ * /dev/fd path are not counted) */
 int ho_writes_in_flight(void);
 /* 1 while the calling thread is inside a write of its own */
 int ho_in_own_write(void);
 /* The temporary files of the writes under way removed (the exit hook: it
  * ends their writers) */
 void ho_remove_temporaries(void);
+/* The exit hook runs: from now on only the calling thread's writes may
+ * make temporary files (others' fail with -ECANCELED). */
+void ho_closing(void);
 /* In a fork child: no other thread is writing. */
 void ho_fork_child(void);
 

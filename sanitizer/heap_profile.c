@@ -768,6 +768,7 @@ static void at_exit(void)
      * Only the heap profile's helper: a thread dump's made exit wait 5 s
      * for threads that block signals. */
     __atomic_store_n(&exiting, 1, __ATOMIC_RELEASE);
+    ho_closing();                        /* (no other thread starts a temporary file) */
     /* exit called in the middle of this thread's own write (a Frame
      * type's describe hook, libdw's out-of-memory handler): that write
      * never ends, and the others may wait for a lock it holds, so nothing
@@ -777,6 +778,11 @@ static void at_exit(void)
      * to a device or a /dev/fd path) */
     if (ho_in_own_write()) {
         ho_remove_temporaries();
+        if (o->heap_profile_path[0] || o->leak_check) {   /* (not in silence: the exit code) */
+            static const char line[] = "crawl: the program exited inside a heap profile write: "
+                                       "no profile written at exit, no leak check\n";
+            san_log_write(line, sizeof line - 1);
+        }
         return;
     }
     struct timespec tick = {0, 1000000};
@@ -785,7 +791,9 @@ static void at_exit(void)
     ho_remove_temporaries();             /* (of writers still blocked after 5 s) */
     if (o->heap_profile_path[0])
         write_profile(o->heap_profile_path);
-    if (o->leak_check && san_leak_check_at_exit(-1, above, &regs) > 0 && o->leak_check_exitcode) {
+    int leaked = o->leak_check && san_leak_check_at_exit(-1, above, &regs) > 0;
+    ho_remove_temporaries();             /* (any listed since: the process ends them) */
+    if (leaked && o->leak_check_exitcode) {
         fflush(NULL);
         _exit((int)o->leak_check_exitcode);
     }

@@ -329,7 +329,9 @@ CRAWL_API int crawl_heap_profile_write_fd(int fd, crawl_heap_format format);
  * PID.TID), then renamed over it: readers and other writers of the same
  * path never see it half written; a symbolic link stays (its target is
  * replaced); a device or FIFO, or a path in a directory where no file can
- * be made, is written in place. 0 or a negative errno value. Not
+ * be made, is written in place. 0 or a negative errno value; -ECANCELED
+ * for a regular file once the program exits (crawl's exit hook runs: a
+ * temporary file started then would be cut off, and stay). Not
  * async-signal-safe, thread-safe and allocating as
  * crawl_heap_profile_write_fd (for a regular file each call writes its own
  * temporary file, and the last rename wins). */

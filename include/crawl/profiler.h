@@ -54,7 +54,8 @@ CRAWL_API void crawl_profiler_get_stats(crawl_profiler_stats *out);
 CRAWL_API int crawl_profiler_write_fd(int fd, crawl_heap_format format);
 /* The same to path, the format from the extension (.svg, .pb.gz,
  * .folded, else text), written as crawl_heap_profile_write writes (whole
- * beside path, then renamed over it). Thread-safe: for a regular file
+ * beside path, then renamed over it; -ECANCELED from another thread once
+ * the heap profile's exit hook runs). Thread-safe: for a regular file
  * each call writes its own temporary file (PATH.tmp.PID.TID) and the last
  * rename wins. Allocates as crawl_profiler_write_fd. */
 CRAWL_API int crawl_profiler_write(const char *path);
