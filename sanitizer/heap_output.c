@@ -725,7 +725,7 @@ static __thread int own_in_flight __attribute__((tls_model("initial-exec")));   
 
 int ho_writes_in_flight(void)
 {
-    return __atomic_load_n(&writes_in_flight, __ATOMIC_ACQUIRE) - own_in_flight;
+    return __atomic_load_n(&writes_in_flight, __ATOMIC_SEQ_CST) - own_in_flight;
 }
 
 int ho_in_own_write(void) { return own_depth > 0; }
@@ -743,6 +743,10 @@ static struct {
     char path[PATH_MAX + 64];
 } tmps[TMP_SLOTS];
 
+/* The slot of the calling thread's write plus 1, or 0 (kept by a fork
+ * child). (Zero-initialized: crawl's TLS stays all .tbss.) */
+static __thread int own_slot __attribute__((tls_model("initial-exec")));
+
 static int tmp_list(const char *path)
 {
     for (int i = 0; i < TMP_SLOTS; i++) {
@@ -751,6 +755,7 @@ static int tmp_list(const char *path)
                                         __ATOMIC_RELAXED)) {
             snprintf(tmps[i].path, sizeof tmps[i].path, "%s", path);
             __atomic_store_n(&tmps[i].state, TMP_READY, __ATOMIC_SEQ_CST);
+            own_slot = i + 1;
             return i;
         }
     }
@@ -761,10 +766,12 @@ static void tmp_unlist(int i)
 {
     if (i < 0)
         return;
+    own_slot = 0;
     for (;;) {
-        int ready = TMP_READY;
-        if (__atomic_compare_exchange_n(&tmps[i].state, &ready, TMP_FREE, 0, __ATOMIC_RELEASE,
-                                        __ATOMIC_RELAXED))
+        int was = TMP_READY;
+        if (__atomic_compare_exchange_n(&tmps[i].state, &was, TMP_FREE, 0, __ATOMIC_RELEASE,
+                                        __ATOMIC_RELAXED) ||
+            was != TMP_REMOVING)
             return;
         sched_yield();                   /* (the remover holds it for one unlink) */
     }
@@ -774,7 +781,7 @@ void ho_remove_temporaries(void)
 {
     for (int i = 0; i < TMP_SLOTS; i++) {
         int ready = TMP_READY;
-        if (__atomic_compare_exchange_n(&tmps[i].state, &ready, TMP_REMOVING, 0, __ATOMIC_ACQUIRE,
+        if (__atomic_compare_exchange_n(&tmps[i].state, &ready, TMP_REMOVING, 0, __ATOMIC_SEQ_CST,
                                         __ATOMIC_RELAXED)) {
             unlink(tmps[i].path);
             __atomic_store_n(&tmps[i].state, TMP_READY, __ATOMIC_RELEASE);
@@ -790,10 +797,16 @@ static long closing_tid;
 
 void ho_closing(void) { __atomic_store_n(&closing_tid, (long)gettid(), __ATOMIC_SEQ_CST); }
 
+/* Set around the writes the exit hook waits for (heap_profile_signal's
+ * helper: a signal taken before the hook ran is written whole) */
+static __thread int awaited __attribute__((tls_model("initial-exec")));
+
+void ho_awaited(int on) { awaited = on; }
+
 static int refused_now(void)
 {
     long t = __atomic_load_n(&closing_tid, __ATOMIC_SEQ_CST);
-    return t != 0 && t != (long)gettid();
+    return t != 0 && t != (long)gettid() && !awaited;
 }
 
 /* fork child: the writers stayed in the parent (this thread's own, if it
@@ -802,8 +815,9 @@ void ho_fork_child(void)
 {
     __atomic_store_n(&writes_in_flight, own_in_flight, __ATOMIC_RELEASE);
     __atomic_store_n(&closing_tid, 0, __ATOMIC_RELEASE);
-    for (int i = 0; i < TMP_SLOTS; i++)
-        __atomic_store_n(&tmps[i].state, TMP_FREE, __ATOMIC_RELEASE);
+    for (int i = 0; i < TMP_SLOTS; i++)      /* (this thread's own write goes on here) */
+        if (i + 1 != own_slot)
+            __atomic_store_n(&tmps[i].state, TMP_FREE, __ATOMIC_RELEASE);
 }
 
 /* A regular file is written whole beside it, then renamed over it: a
@@ -850,30 +864,36 @@ static int write_path(const char *path, int (*to_fd)(int fd, crawl_heap_format f
             return write_in_place(path, to_fd);
         dest = target;
     }
-    if (refused_now())
-        return -ECANCELED;
     char tmp[PATH_MAX + 64];
     int n = snprintf(tmp, sizeof tmp, "%s.tmp.%d.%ld", dest, (int)getpid(), (long)gettid());
-    int fd = n > 0 && (size_t)n < sizeof tmp
-                 ? open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644)
-                 : -1;
-    if (fd < 0)
+    if (n <= 0 || (size_t)n >= sizeof tmp)
         return write_in_place(path, to_fd);
-    __atomic_add_fetch(&writes_in_flight, 1, __ATOMIC_ACQ_REL);
+    /* Counted and listed before the file is made, then the exit hook's
+     * flag read (seq_cst, against its store and then its read of the
+     * count): a write that does not see the hook is one the hook waits
+     * for, and one that sees it makes no file (a writer paused between
+     * making the file and listing it left it) */
+    __atomic_add_fetch(&writes_in_flight, 1, __ATOMIC_SEQ_CST);
     own_in_flight++;
     int listed = tmp_list(tmp);
-    /* (again after listing, seq_cst against the hook's store: a write the
-     * hook does not see listed sees the hook, and takes its file back) */
-    int rc = refused_now() ? -ECANCELED : to_fd(fd, crawl_heap_format_for(path));
-    if (close(fd) != 0 && !rc)
-        rc = -errno;
-    if (!rc && rename(tmp, dest) != 0)
-        rc = -errno;
-    if (rc)
-        unlink(tmp);
+    int rc = -ECANCELED, fd = -1;
+    if (!refused_now()) {
+        fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+        rc = fd < 0 ? -EEXIST : to_fd(fd, crawl_heap_format_for(path));
+    }
+    if (fd >= 0) {
+        if (close(fd) != 0 && !rc)
+            rc = -errno;
+        if (!rc && rename(tmp, dest) != 0)
+            rc = errno == ENOENT && refused_now() ? -ECANCELED : -errno;   /* (the hook took it) */
+        if (rc)
+            unlink(tmp);
+    }
     tmp_unlist(listed);
     own_in_flight--;
-    __atomic_sub_fetch(&writes_in_flight, 1, __ATOMIC_ACQ_REL);
+    __atomic_sub_fetch(&writes_in_flight, 1, __ATOMIC_SEQ_CST);
+    if (fd < 0 && rc == -EEXIST)
+        return write_in_place(path, to_fd);   /* (no file can be made beside it) */
     return rc;
 }
 

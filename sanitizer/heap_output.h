@@ -75,6 +75,9 @@ void ho_remove_temporaries(void);
 /* The exit hook runs: from now on only the calling thread's writes may
  * make temporary files (others' fail with -ECANCELED). */
 void ho_closing(void);
+/* The calling thread's writes are ones the exit hook waits for (on 1) or
+ * not: not refused. */
+void ho_awaited(int on);
 /* In a fork child: no other thread is writing. */
 void ho_fork_child(void);
 

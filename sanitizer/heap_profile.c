@@ -779,9 +779,13 @@ static void at_exit(void)
     if (ho_in_own_write()) {
         ho_remove_temporaries();
         if (o->heap_profile_path[0] || o->leak_check) {   /* (not in silence: the exit code) */
-            static const char line[] = "crawl: the program exited inside a heap profile write: "
-                                       "no profile written at exit, no leak check\n";
-            san_log_write(line, sizeof line - 1);
+            char line[200];
+            int n = snprintf(line, sizeof line,
+                             "crawl: the program exited inside a heap profile write: %s%s%s\n",
+                             o->heap_profile_path[0] ? "no profile written at exit" : "",
+                             o->heap_profile_path[0] && o->leak_check ? ", " : "",
+                             o->leak_check ? "no leak check" : "");
+            san_log_write(line, (size_t)n);
         }
         return;
     }
@@ -807,7 +811,9 @@ static void dump_now(void *unused)
         return;
     const san_options *o = san_opts();
     if (o->heap_profile_path[0]) {
+        ho_awaited(1);                   /* (the exit hook waits for this one) */
         write_profile(o->heap_profile_path);
+        ho_awaited(0);
         return;
     }
     int opened;

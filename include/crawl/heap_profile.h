@@ -330,8 +330,9 @@ CRAWL_API int crawl_heap_profile_write_fd(int fd, crawl_heap_format format);
  * path never see it half written; a symbolic link stays (its target is
  * replaced); a device or FIFO, or a path in a directory where no file can
  * be made, is written in place. 0 or a negative errno value; -ECANCELED
- * for a regular file once the program exits (crawl's exit hook runs: a
- * temporary file started then would be cut off, and stay). Not
+ * for any path but a device, a FIFO or a descriptor's once the program
+ * exits (crawl's exit hook runs, from another thread: a temporary file
+ * started then would be cut off, and stay). Not
  * async-signal-safe, thread-safe and allocating as
  * crawl_heap_profile_write_fd (for a regular file each call writes its own
  * temporary file, and the last rename wins). */

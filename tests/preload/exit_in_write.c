@@ -9,13 +9,18 @@
  *   - A heap_profile_signal helper writing at that moment left its own
  *     temporary file.
  * Each time the hook exits it says so on stderr.
- * usage: exit_in_write PATH [fd|helper] (under libcrawl-preload.so,
+ * The fork mode is apart: the describe hook forks once, and both
+ * processes finish the write (the child spun for ever in the temporary
+ * files' table, whose slots the fork had emptied, its own with them).
+ * usage: exit_in_write PATH [fd|helper|fork] (under libcrawl-preload.so,
  *        heap_profile=1; helper: heap_profile_signal=12 and
  *        heap_profile_path set)
  *   (none)  write PATH
  *   fd      write descriptor 1 (crawl_heap_profile_write_fd); PATH unused
  *   helper  raise SIGUSR2 and wait until the helper's write is inside the
- *           hook (where it stays), then write PATH */
+ *           hook (where it stays), then write PATH
+ *   fork    write PATH, forking inside it; the child exits once its write
+ *           returns, and the parent says whether it did within 5 s */
 #include <crawl/crawl.h>
 #include <crawl/heap_profile.h>
 #include <pthread.h>
@@ -23,10 +28,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
-static int exit_now;
+static int exit_now, fork_now;
+static pid_t child = -1;
 static pthread_t main_thread;
 static int helper_inside;
 
@@ -37,6 +44,10 @@ static int describe_method(const void *m, uintptr_t pc, char *buf, size_t len)
         __atomic_store_n(&helper_inside, 1, __ATOMIC_RELEASE);
         for (;;)                             /* (until the process ends) */
             pause();
+    }
+    if (fork_now) {
+        fork_now = 0;
+        child = fork();
     }
     if (exit_now) {
         static const char line[] = "exit_in_write: the describe hook exits\n";
@@ -77,6 +88,23 @@ int main(int argc, char **argv)
             puts("exit_in_write: the helper never wrote");
             return 4;
         }
+    }
+    if (strcmp(mode, "fork") == 0) {
+        fork_now = 1;
+        int rc = crawl_heap_profile_write(argv[1]);
+        if (child == 0)
+            _exit(rc == 0 ? 0 : 1);
+        int st = 0;
+        for (int i = 0; i < 500 && child > 0 && waitpid(child, &st, WNOHANG) == 0; i++)
+            usleep(10000);
+        if (child > 0 && waitpid(child, &st, WNOHANG) == 0) {
+            kill(child, SIGKILL);
+            printf("exit_in_write: the child still ran after 5 s\n");
+            return 1;
+        }
+        printf("exit_in_write: the child ended (status %d), the parent's write returned %d\n",
+               WIFEXITED(st) ? WEXITSTATUS(st) : -1, rc);
+        return 0;
     }
     exit_now = 1;
     if (strcmp(mode, "fd") == 0)

@@ -3,8 +3,9 @@
  * the path (the process ended the write half way and left
  * PATH.tmp.PID.TID; found by an outside test). Many live chunks from many
  * stacks, so that the SVG takes a while to write.
- * usage: signal_exit SIGNAL [once|storm|fork|dump|writer] [WRITER_PATH]
+ * usage: signal_exit SIGNAL [once|quick|storm|fork|dump|writer] [WRITER_PATH]
  *   once   raise the signal, exit 2 ms later
+ *   quick  raise it, exit 20 us later (the helper has not begun)
  *   storm  a thread sends it every 0.5 ms until the process exits (a
  *          signal taken during the exit hook began a write exit cut off)
  *   fork   raise it, then fork: the child exits at once (it waited 5 s
@@ -112,6 +113,10 @@ int main(int argc, char **argv)
             return 2;
         struct timespec t100 = {0, 100000000};
         nanosleep(&t100, NULL);
+    } else if (strcmp(mode, "quick") == 0) {
+        raise(sig);
+        struct timespec t = {0, 20000};      /* 20 us: about to write */
+        nanosleep(&t, NULL);
     } else {
         raise(sig);
         struct timespec t = {0, 2000000};    /* 2 ms: the helper is writing */
