@@ -60,6 +60,12 @@ static void compile_modules(const uintptr_t *w, unsigned n)
 static unsigned walk_words(const crawl_regs *from, unsigned max, unsigned flags,
                            uintptr_t *out, unsigned cap, sw_memo_tag *t);
 
+/* The pcs a native walk of max frames asks for, into cap words */
+static unsigned walk_want(unsigned max, unsigned cap)
+{
+    return max < 1 ? 1 : max > cap ? cap : max;
+}
+
 /* san_capture_words; with t (the thread has no Frames), the walk memo that
  * holds these words and the depot id kept with it. */
 static unsigned capture_words(const crawl_regs *from, unsigned max, unsigned flags,
@@ -84,7 +90,7 @@ static unsigned walk_words(const crawl_regs *from, unsigned max, unsigned flags,
          * frame (the same words: a native frame is its pc). Only the first
          * may be anything (the walk reports where it starts); every other
          * is code in a module, below any tag bit. */
-        unsigned want = max < 1 ? 1 : max > cap ? cap : max;
+        unsigned want = walk_want(max, cap);
         unsigned n = t ? sw_backtrace_tagged(from, out, want, walk, t)
                        : sw_backtrace(from, out, want, walk);
         if (n)
@@ -134,14 +140,13 @@ __attribute__((noinline)) static uint32_t capture_walked(const crawl_regs *from,
     return id;
 }
 
-/* First a walk the memo holds whole: its id, without the walk (compiling
- * reads the words); then capture_walked, whose frame (the words) only a
- * walk needs. */
+/* First a walk the memo holds whole (the walk capture_walked would ask
+ * for): its id, without the walk (compiling reads the words); then
+ * capture_walked, whose frame (the words) only a walk needs. */
 uint32_t san_capture_at(const crawl_regs *from, unsigned max, unsigned flags)
 {
     if (!(flags & SAN_CAPTURE_COMPILE)) {
-        unsigned want = max < 1 ? 1 : max > CRAWL_DEPOT_MAX_FRAMES ? CRAWL_DEPOT_MAX_FRAMES : max;
-        uint32_t id = sw_memo_probe(from, want, flags);
+        uint32_t id = sw_memo_probe(from, walk_want(max, CRAWL_DEPOT_MAX_FRAMES), flags);
         if (id)
             return id;
     }

@@ -391,6 +391,13 @@ static inline void insert_prefetch(uintptr_t ptr)
     __builtin_prefetch(&crawl__hp.bits[slot / 64], 1);
 }
 
+/* The stack from `from`'s caller as the options say (its depth; CFI or
+ * frame pointers), inside crawl */
+static uint32_t capture_as_told(const san_options *o, const crawl_regs *from)
+{
+    return san_capture_at(from, o->malloc_context_size, o->heap_stack_fast ? CRAWL_WALK_FAST : 0);
+}
+
 /* Record p with a stack from `from` (the hook's caller's frame). */
 static void record(const void *p, size_t size, uintptr_t caller, const crawl_regs *from,
                    int sample)
@@ -402,9 +409,8 @@ static void record(const void *p, size_t size, uintptr_t caller, const crawl_reg
                   .flags = sample ? HP_SAMPLED : 0};
     if (sample)
         insert_prefetch(e.ptr);
-    if (sample || size >= o->heap_stack_min_size)   /* (hp_capture_stack's, inside already) */
-        e.stack = san_capture_at(from, o->malloc_context_size,
-                                 o->heap_stack_fast ? CRAWL_WALK_FAST : 0);
+    if (sample || size >= o->heap_stack_min_size)   /* (inside already) */
+        e.stack = capture_as_told(o, from);
     if (insert(&e) != 0)
         atomic_fetch_add_explicit(&dropped, 1, memory_order_relaxed);
     hp_inside_leave(was);
@@ -661,8 +667,7 @@ int hp_inside_now(void) { return inside; }
 uint32_t hp_capture_stack(const crawl_regs *from)
 {
     int was = hp_inside_enter();
-    const san_options *o = san_opts();
-    uint32_t id = san_capture_at(from, o->malloc_context_size, o->heap_stack_fast ? CRAWL_WALK_FAST : 0);
+    uint32_t id = capture_as_told(san_opts(), from);
     hp_inside_leave(was);
     return id;
 }

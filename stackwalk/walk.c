@@ -1097,11 +1097,9 @@ uint32_t sw_memo_probe(const crawl_regs *regs, unsigned max, unsigned flags)
     if (m) {
         const sw_range_table *held = sw_ranges_enter();
         const sw_snapshot *snap = held ? NULL : sw_snap_enter(th);
-        if (snap && m->snap == snap) {
-            if (m->checks == MEMO_CHECKS_OK && memo_checks_hold(m, regs->fp)) {
-                tag = m->tag;
-                memos->recent = i;
-            }
+        if (snap && m->snap == snap && memo_checks_hold(m, regs->fp)) {
+            tag = m->tag;
+            memos->recent = i;
         }
         if (snap)
             sw_snap_exit(th);
