@@ -11,9 +11,14 @@
 #define HP_SHARDS (1 << HP_SHARD_BITS)
 #define HP_SAMPLED 1u                   /* flags: a byte sample (scale it) */
 #define HP_MMAP 2u                      /* flags: a mapped region (heap_mmap.c), weight 1 */
+#define HP_FLAG_BITS 0xffu              /* flags' own bits; above them, in the live table and
+                                           its snapshots, the entry's stamp: HP_STAMP_ONE times
+                                           its shard's count of entries made, mod 2^24 */
+#define HP_STAMP_ONE 0x100u
 
 typedef struct hp_entry {
-    uintptr_t ptr;
+    uintptr_t ptr;                      /* the chunk; in the live table itself complemented
+                                           (heap_profile.c's key_of), in a snapshot as is */
     size_t size;
     uintptr_t caller;                   /* return address into the allocating code */
     uint32_t stack;                     /* depot id, 0: none taken */
@@ -36,6 +41,10 @@ typedef struct hp_snap {
  * address (a leak check running meanwhile in another thread would scan
  * it as anonymous memory and take the copies for references). */
 int hp_snapshot(hp_snap *out, int addresses);
+/* 1 if the chunk of e (a snapshot's entry, with its address) is still
+ * recorded as that entry: not freed since the snapshot, nor freed and
+ * recorded again (its stamp). Thread-safe; takes one shard's lock. */
+int hp_still_recorded(const hp_entry *e);
 /* Room for more entries in s (its array is mmap'ed: never malloc). 0 or
  * -ENOMEM, s unchanged then. */
 int hp_snap_reserve(hp_snap *s, size_t more);

@@ -354,7 +354,12 @@ CRAWL_API crawl_heap_format crawl_heap_format_for(const char *path);
  * still blocks it or does not answer within 200 ms has its whole stack
  * scanned). They are not stopped while
  * the scan runs: memory they may unmap meanwhile is read through
- * process_vm_readv, never faulting. The report, grouped by allocation
+ * process_vm_readv, never faulting; a chunk of theirs freed meanwhile is
+ * not reported (the chunks not reached are looked up again at the end);
+ * but a pointer another thread moves, while the scan runs, from memory
+ * not yet scanned to memory already scanned is missed, and its chunk
+ * reported (LeakSanitizer stops every thread; crawl does not): check from
+ * a quiet moment for a report that depends on no timing. The report, grouped by allocation
  * stack, goes to fd (-1: the sanitizer's log_path), in LeakSanitizer's
  * wording ("Direct leak of N byte(s) in M object(s) allocated from:",
  * "SUMMARY: ..."). The number of leaked objects, or a negative errno
