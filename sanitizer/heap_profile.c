@@ -59,9 +59,13 @@ static __thread uint64_t rng __attribute__((tls_model("initial-exec")));
  * only address a table operation holds raw is the one it was given. */
 static inline uintptr_t key_of(uintptr_t ptr) { return ~ptr; }
 
+/* A key's hash, for its home slot in its shard's table: the address's
+ * (address >> 4) * 2^64/phi, made without the raw address ever in a
+ * register (address >> 4 is the key >> 4 with its 60 bits flipped). The
+ * shard is not chosen from it but from the filter's slot (shard_of). */
 static inline uint64_t hash_key(uintptr_t k)
 {
-    return (uint64_t)(k >> 4) * 0x9e3779b97f4a7c15ULL;
+    return (uint64_t)((k >> 4) ^ (UINTPTR_MAX >> 4)) * 0x9e3779b97f4a7c15ULL;
 }
 
 /* A hash's slot in a table of cap entries (a power of 2): middle bits of
@@ -109,6 +113,17 @@ static inline void shard_unlock(atomic_int *l)
 #define SLOT_SHARD(slot) ((slot) >> (14 - HP_SHARD_BITS))
 /* a bits word (64 slots) must lie inside one shard */
 _Static_assert(HP_SHARD_BITS <= 14 - 6, "a filter word would span shards");
+
+/* The shard of the chunk at ptr: the one that owns its filter slot, whose
+ * lock guards that slot's count and bits word. (Chosen from the key's own
+ * hash, 648109f put the pointers of one filter word, for a word in four,
+ * in two shards, whose threads then wrote the word at once: a lost bit
+ * let a free skip its entry, and a later allocation at that address
+ * replaced it: test_threads_and_fork failed 1 run in 16.) */
+static inline shard *shard_of(uintptr_t ptr)
+{
+    return &shards[SLOT_SHARD(crawl__hp_filter_slot((const void *)ptr))];
+}
 
 /* A pointer put in the filter: the bit of crawl__free_kind its free needs
  * (FREE_ALIGNED for one free can tell by its address), set before the
@@ -253,7 +268,7 @@ static int insert(const hp_entry *e)
 {
     uintptr_t k = key_of(e->ptr);
     uint64_t h = hash_key(k);
-    shard *s = &shards[h >> (64 - HP_SHARD_BITS)];
+    shard *s = shard_of(e->ptr);
     shard_lock(&s->lock);
     if (!s->t)
         s->t = first_tables[s - shards], s->cap = SHARD_FIRST_CAP;
@@ -322,7 +337,7 @@ static int erase_into(uintptr_t ptr, hp_entry *out)
 {
     uintptr_t k = key_of(ptr);
     uint64_t h = hash_key(k);
-    shard *s = &shards[h >> (64 - HP_SHARD_BITS)];
+    shard *s = shard_of(ptr);
     int flags = -1;
     shard_lock(&s->lock);
     if (s->cap) {
@@ -354,7 +369,7 @@ int hp_still_recorded(const hp_entry *e)
 {
     uintptr_t k = key_of(e->ptr);
     uint64_t h = hash_key(k);
-    shard *s = &shards[h >> (64 - HP_SHARD_BITS)];
+    shard *s = shard_of(e->ptr);
     int same = 0;
     shard_lock(&s->lock);
     if (s->cap)
@@ -420,8 +435,8 @@ static long next_interval(unsigned long n)
 static inline void insert_prefetch(uintptr_t ptr)
 {
     uint64_t h = hash_key(key_of(ptr));
-    size_t i = h >> (64 - HP_SHARD_BITS);
     unsigned slot = crawl__hp_filter_slot((const void *)ptr);
+    size_t i = SLOT_SHARD(slot);
     __builtin_prefetch(&shards[i], 1);
     __builtin_prefetch(&first_tables[i][home_of(h, SHARD_FIRST_CAP)], 1);
     __builtin_prefetch(&crawl__hp.counts[slot], 1);
