@@ -263,8 +263,15 @@ void hp_tables_freeze(int on)
     atomic_fetch_add_explicit(&frozen, on ? 1 : -1, memory_order_seq_cst);
 }
 
-/* e: its ptr the chunk's address (stored as its key) */
-static int insert(const hp_entry *e)
+/* flags with the next stamp of s (under its lock), or as they are (keep) */
+static uint32_t stamped(shard *s, uint32_t flags, int keep)
+{
+    return keep ? flags : (flags & HP_FLAG_BITS) | ++s->made * HP_STAMP_ONE;
+}
+
+/* e: its ptr the chunk's address (stored as its key); with a new stamp,
+ * or (keep_stamp) the one e's flags have: an entry put back as it was */
+static int insert_as(const hp_entry *e, int keep_stamp)
 {
     uintptr_t k = key_of(e->ptr);
     uint64_t h = hash_key(k);
@@ -279,7 +286,7 @@ static int insert(const hp_entry *e)
             s->live_bytes -= s->t[j].size;
             s->t[j] = *e;
             s->t[j].ptr = k;
-            s->t[j].flags = (e->flags & HP_FLAG_BITS) | ++s->made * HP_STAMP_ONE;
+            s->t[j].flags = stamped(s, e->flags, keep_stamp);
             s->live_bytes += e->size;
             shard_unlock(&s->lock);
             return 0;
@@ -299,7 +306,7 @@ static int insert(const hp_entry *e)
     filter_add(e->ptr, 1);
     s->t[j] = *e;
     s->t[j].ptr = k;
-    s->t[j].flags = (e->flags & HP_FLAG_BITS) | ++s->made * HP_STAMP_ONE;
+    s->t[j].flags = stamped(s, e->flags, keep_stamp);
     s->live++;
     s->live_bytes += e->size;
     shard_unlock(&s->lock);
@@ -363,6 +370,8 @@ static int erase_into(uintptr_t ptr, hp_entry *out)
     return flags;
 }
 
+static int insert(const hp_entry *e) { return insert_as(e, 0); }
+
 static int erase(uintptr_t ptr) { return erase_into(ptr, NULL); }
 
 int hp_still_recorded(const hp_entry *e)
@@ -397,7 +406,7 @@ void crawl__hp_put_back(const crawl__hp_saved *saved)
         return;
     hp_entry e = {.ptr = saved->ptr, .size = saved->size, .caller = saved->caller,
                   .stack = saved->stack, .flags = saved->flags};
-    if (insert(&e) != 0)
+    if (insert_as(&e, 1) != 0)
         atomic_fetch_add_explicit(&dropped, 1, memory_order_relaxed);
 }
 

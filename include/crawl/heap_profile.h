@@ -116,7 +116,8 @@ CRAWL_API void crawl__hp_record_from(const void *p, size_t size, uintptr_t calle
 CRAWL_API int crawl__hp_forget_sample(const void *p);
 /* The preload's realloc: p's entry taken out before glibc's realloc (as a
  * free of p), and put back as it was when that fails (p stays, with its
- * own size and stack). Not API. */
+ * own size, stack and flags, the live table's stamp among them: a leak
+ * check that ran meanwhile finds it the same entry). Not API. */
 typedef struct crawl__hp_saved {
     uintptr_t ptr, caller;
     size_t size;
@@ -358,8 +359,9 @@ CRAWL_API crawl_heap_format crawl_heap_format_for(const char *path);
  * not reported (the chunks not reached are looked up again at the end);
  * but a pointer another thread moves, while the scan runs, from memory
  * not yet scanned to memory already scanned is missed, and its chunk
- * reported (LeakSanitizer stops every thread; crawl does not): check from
- * a quiet moment for a report that depends on no timing. The report, grouped by allocation
+ * reported, as is a live chunk whose only pointer was in a chunk freed
+ * meanwhile (LeakSanitizer stops every thread; crawl does not): check
+ * from a quiet moment for a report that depends on no timing. The report, grouped by allocation
  * stack, goes to fd (-1: the sanitizer's log_path), in LeakSanitizer's
  * wording ("Direct leak of N byte(s) in M object(s) allocated from:",
  * "SUMMARY: ..."). The number of leaked objects, or a negative errno
