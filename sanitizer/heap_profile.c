@@ -65,7 +65,9 @@ static inline uintptr_t key_of(uintptr_t ptr) { return ~ptr; }
  * shard is not chosen from it but from the filter's slot (shard_of). */
 static inline uint64_t hash_key(uintptr_t k)
 {
-    return (uint64_t)((k >> 4) ^ (UINTPTR_MAX >> 4)) * 0x9e3779b97f4a7c15ULL;
+    uintptr_t high = k >> 4;
+    __asm__("" : "+r"(high));            /* (not folded into ~k >> 4: ~k is the address) */
+    return (uint64_t)(high ^ (UINTPTR_MAX >> 4)) * 0x9e3779b97f4a7c15ULL;
 }
 
 /* A hash's slot in a table of cap entries (a power of 2): middle bits of
