@@ -56,13 +56,22 @@ static __thread uint64_t rng __attribute__((tls_model("initial-exec")));
  * check takes other threads' registers and stacks for roots. A raw
  * address there, another chunk's, hid that chunk's leak (one run in 100
  * of test_tables_grown_during_check_hide_no_leak in the debug build). The
- * only address a table operation holds raw is the one it was given. */
+ * only address a table operation holds raw is the one it was given (and
+ * hp_snapshot's for the leak check, in the checking thread, writes them
+ * all into its own mapping, which the check skips). */
 static inline uintptr_t key_of(uintptr_t ptr) { return ~ptr; }
 
-/* A key's hash, for its home slot in its shard's table: the address's
- * (address >> 4) * 2^64/phi, made without the raw address ever in a
- * register (address >> 4 is the key >> 4 with its 60 bits flipped). The
- * shard is not chosen from it but from the filter's slot (shard_of). */
+/* An address's hash, for its home slot in its shard's table: (address >>
+ * 4) * 2^64/phi. Where only the key is at hand (a rehash, a deletion's
+ * moves), hash_key makes the same from it. The shard is not chosen from
+ * it but from the filter's slot (shard_of). */
+static inline uint64_t hash_ptr(uintptr_t ptr)
+{
+    return (uint64_t)(ptr >> 4) * 0x9e3779b97f4a7c15ULL;
+}
+
+/* hash_ptr(~k), made without the raw address ever in a register (address
+ * >> 4 is the key >> 4 with its 60 bits flipped) */
 static inline uint64_t hash_key(uintptr_t k)
 {
     uintptr_t high = k >> 4;
@@ -275,8 +284,10 @@ static uint32_t stamped(shard *s, uint32_t flags, int keep)
  * or (keep_stamp) the one e's flags have: an entry put back as it was */
 static int insert_as(const hp_entry *e, int keep_stamp)
 {
+    if (!e->ptr)                         /* (its key would be a real one: never recorded) */
+        return 0;
     uintptr_t k = key_of(e->ptr);
-    uint64_t h = hash_key(k);
+    uint64_t h = hash_ptr(e->ptr);
     shard *s = shard_of(e->ptr);
     shard_lock(&s->lock);
     if (!s->t)
@@ -284,6 +295,11 @@ static int insert_as(const hp_entry *e, int keep_stamp)
     size_t j = home_of(h, s->cap);
     for (;; j = (j + 1) & (s->cap - 1)) {
         uintptr_t q = s->t[j].ptr;
+        if (q == k && keep_stamp) {      /* put back over a newer record (a racing free and
+                                            allocation): the newer stays */
+            shard_unlock(&s->lock);
+            return 0;
+        }
         if (q == k) {                    /* recorded twice (a free we did not see): replace */
             s->live_bytes -= s->t[j].size;
             s->t[j] = *e;
@@ -340,12 +356,13 @@ static void remove_at(shard *s, size_t j)
     }
 }
 
-/* ptr's entry taken out (copied to *out when out is not NULL, with ptr):
- * its flags, or -1 if it had none */
+/* ptr's entry taken out (copied to *out when out is not NULL, with ptr
+ * and its whole flags): its flags' own bits (HP_FLAG_BITS), or -1 if it
+ * had none */
 static int erase_into(uintptr_t ptr, hp_entry *out)
 {
     uintptr_t k = key_of(ptr);
-    uint64_t h = hash_key(k);
+    uint64_t h = hash_ptr(ptr);
     shard *s = shard_of(ptr);
     int flags = -1;
     shard_lock(&s->lock);
@@ -379,14 +396,18 @@ static int erase(uintptr_t ptr) { return erase_into(ptr, NULL); }
 int hp_still_recorded(const hp_entry *e)
 {
     uintptr_t k = key_of(e->ptr);
-    uint64_t h = hash_key(k);
+    uint64_t h = hash_ptr(e->ptr);
     shard *s = shard_of(e->ptr);
     int same = 0;
     shard_lock(&s->lock);
     if (s->cap)
         for (size_t j = home_of(h, s->cap); s->t[j].ptr; j = (j + 1) & (s->cap - 1))
             if (s->t[j].ptr == k) {
-                same = s->t[j].flags == e->flags;
+                /* (the stamp wraps after 2^24 entries made in the shard:
+                 * the rest of the entry too) */
+                const hp_entry *t = &s->t[j];
+                same = t->flags == e->flags && t->size == e->size && t->stack == e->stack &&
+                       t->caller == e->caller;
                 break;
             }
     shard_unlock(&s->lock);
@@ -445,7 +466,7 @@ static long next_interval(unsigned long n)
  * every allocation, these lines are warm. */
 static inline void insert_prefetch(uintptr_t ptr)
 {
-    uint64_t h = hash_key(key_of(ptr));
+    uint64_t h = hash_ptr(ptr);
     unsigned slot = crawl__hp_filter_slot((const void *)ptr);
     size_t i = SLOT_SHARD(slot);
     __builtin_prefetch(&shards[i], 1);
@@ -726,6 +747,29 @@ void hp_snapshot_free(hp_snap *s)
 
 int hp_inside_now(void) { return inside; }
 
+/* A shard's lock is held for a probe: one still held after ms is this
+ * thread's, taken by a free that a signal handler calling exit
+ * interrupted. (Counting the locks each thread holds cost every record
+ * and free 10 instructions; this costs them nothing.) In a process
+ * without other threads the lock is a plain store, which the exit hook
+ * takes again without waiting: nothing to look at. */
+static int shard_locks_free_within(int ms)
+{
+    if (__libc_single_threaded)
+        return 1;
+    struct timespec tick = {0, 1000000};
+    int waited = 0;
+    for (int i = 0; i < HP_SHARDS; i++)
+        while (atomic_load_explicit(&shards[i].lock, memory_order_relaxed)) {
+            if (waited++ >= ms)
+                return 0;
+            nanosleep(&tick, NULL);
+        }
+    return 1;
+}
+
+int hp_interrupted_inside(void) { return inside || !shard_locks_free_within(500); }
+
 uint32_t hp_capture_stack(const crawl_regs *from)
 {
     int was = hp_inside_enter();
@@ -843,12 +887,20 @@ static void at_exit(void)
      * or checked (it waited 5 s and left the file; then, with the file
      * gone, it left the helper's, and wrote again a profile it was writing
      * to a device or a /dev/fd path) */
-    if (ho_in_own_write()) {
+    /* Or exit called from a signal handler that interrupted this thread
+     * inside a record (its stack walk, the table) or a free holding a
+     * shard's lock (a SIGINT handler that ends the program): the profile
+     * and the check need what it holds, and waited for it for ever (7
+     * children in 40 hung: test_preload_exit_in_handler). */
+    int own_write = ho_in_own_write();
+    int interrupted = !own_write && hp_interrupted_inside();
+    if (own_write || interrupted) {
         ho_remove_temporaries();
         if (o->heap_profile_path[0] || o->leak_check) {   /* (not in silence: the exit code) */
             char line[200];
-            int n = snprintf(line, sizeof line,
-                             "crawl: the program exited inside a heap profile write: %s%s%s\n",
+            int n = snprintf(line, sizeof line, "crawl: the program exited inside %s: %s%s%s\n",
+                             interrupted ? "crawl's recording of an allocation"
+                                         : "a heap profile write",
                              o->heap_profile_path[0] ? "no profile written at exit" : "",
                              o->heap_profile_path[0] && o->leak_check ? ", " : "",
                              o->leak_check ? "no leak check" : "");

@@ -18,7 +18,8 @@
 
 typedef struct hp_entry {
     uintptr_t ptr;                      /* the chunk; in the live table itself complemented
-                                           (heap_profile.c's key_of), in a snapshot as is */
+                                           (heap_profile.c's key_of), in a snapshot as is
+                                           (0 in one taken without addresses) */
     size_t size;
     uintptr_t caller;                   /* return address into the allocating code */
     uint32_t stack;                     /* depot id, 0: none taken */
@@ -66,6 +67,10 @@ void hp_tables_freeze(int on);
 int hp_inside_enter(void);
 void hp_inside_leave(int was);
 int hp_inside_now(void);
+/* 1 if this thread is inside a record, or a shard's lock stays held for
+ * 500 ms (this thread's: exit called from a signal handler that
+ * interrupted it there). Only for the exit hook. */
+int hp_interrupted_inside(void);
 /* A stack for a recording made from the frame whose registers are *from,
  * as the options say (inside crawl meanwhile). */
 uint32_t hp_capture_stack(const crawl_regs *from);

@@ -356,11 +356,14 @@ CRAWL_API crawl_heap_format crawl_heap_format_for(const char *path);
  * scanned). They are not stopped while
  * the scan runs: memory they may unmap meanwhile is read through
  * process_vm_readv, never faulting; a chunk of theirs freed meanwhile is
- * not reported (the chunks not reached are looked up again at the end);
+ * not reported (the chunks not reached are looked up again, after the
+ * direct and after the indirect pass);
  * but a pointer another thread moves, while the scan runs, from memory
  * not yet scanned to memory already scanned is missed, and its chunk
  * reported, as is a live chunk whose only pointer was in a chunk freed
- * meanwhile (LeakSanitizer stops every thread; crawl does not): check
+ * meanwhile (as an indirect leak under no direct one, when that chunk was
+ * freed between the two passes) (LeakSanitizer stops every thread; crawl
+ * does not): check
  * from a quiet moment for a report that depends on no timing. The report, grouped by allocation
  * stack, goes to fd (-1: the sanitizer's log_path), in LeakSanitizer's
  * wording ("Direct leak of N byte(s) in M object(s) allocated from:",

@@ -1,0 +1,111 @@
+/* A signal handler that calls exit (not async-signal-safe, and common:
+ * a SIGINT handler that ends the program) while the thread it interrupted
+ * was inside crawl's recording: in a record (its stack walk, the live
+ * table) or in a free holding a shard's lock. The exit hook's profile and
+ * leak check need those locks, and waited for ever (3 children in 40
+ * hung). Now the hook says in one line that it wrote and checked nothing,
+ * and the process ends.
+ * usage: exit_in_handler          runs 40 children, prints the tally
+ *        exit_in_handler child    one child: an idle thread (so the
+ *                                 locks are real), allocations in a loop,
+ *                                 SIGALRM's handler exits within 1-10 ms */
+#include <errno.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/time.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+static void *volatile ring[2];
+
+static void on_alarm(int sig)
+{
+    (void)sig;
+    exit(3);
+}
+
+__attribute__((noinline)) static void *alloc_at(int depth, size_t n)
+{
+    void *p = depth ? alloc_at(depth - 1, n) : malloc(n);
+    __asm__ volatile("" ::: "memory");
+    return p;
+}
+
+static void *idle(void *unused)
+{
+    (void)unused;
+    for (;;)
+        pause();
+    return NULL;
+}
+
+static int child(void)
+{
+    pthread_t t;
+    if (pthread_create(&t, NULL, idle, NULL) != 0)
+        return 2;
+    signal(SIGALRM, on_alarm);
+    struct timespec now;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    struct itimerval it = {{0, 0}, {0, 1000 + (now.tv_nsec / 1000) % 9000}};
+    setitimer(ITIMER_REAL, &it, NULL);
+    /* (one size, freed at once: glibc serves it from its per-thread cache
+     * and takes no lock of its own, which an exit from the handler would
+     * wait for inside malloc whatever crawl did; see the README's limits) */
+    for (unsigned long i = 0;; i++) {
+        ring[i % 2] = alloc_at((int)(i % 5), 64);
+        free(ring[i % 2]);
+    }
+}
+
+/* 1 if pid ended within ms (its status in *status); else it is killed */
+static int ended_within(pid_t pid, int ms, int *status)
+{
+    struct timespec tick = {0, 1000000};
+    for (int i = 0; i < ms; i++) {
+        pid_t r = waitpid(pid, status, WNOHANG);
+        if (r == pid)
+            return 1;
+        if (r < 0 && errno != EINTR)
+            return 1;
+        nanosleep(&tick, NULL);
+    }
+    kill(pid, SIGKILL);
+    waitpid(pid, status, 0);
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc > 1 && strcmp(argv[1], "child") == 0)
+        return child();
+    /* half the children record every stack (the walk under the record's
+     * flag), half no stack (the table's locks, most of a record's time) */
+    static const char *opts[2] = {
+        "heap_profile=1:leak_check=1",
+        "heap_profile=1:leak_check=1:heap_stack_min_size=1000000"};
+    int hung = 0, odd = 0, runs = 40;
+    for (int i = 0; i < runs; i++) {
+        pid_t pid = fork();
+        if (pid == 0) {
+            setenv("CRAWL_OPTIONS", opts[i % 2], 1);
+            execl("/proc/self/exe", argv[0], "child", (char *)NULL);
+            _exit(127);
+        }
+        int status = 0;
+        if (!ended_within(pid, 5000, &status)) {
+            printf("exit_in_handler: child %d (%s) still ran after 5 s\n", i, opts[i % 2]);
+            hung++;
+        } else if (!WIFEXITED(status) || (WEXITSTATUS(status) != 3 && WEXITSTATUS(status) != 23)) {
+            printf("exit_in_handler: child %d (%s) ended with status 0x%x\n", i, opts[i % 2],
+                   status);
+            odd++;
+        }
+    }
+    printf("exit_in_handler: %d runs, %d hung, %d ended otherwise\n", runs, hung, odd);
+    return hung || odd;
+}
