@@ -751,12 +751,17 @@ int hp_inside_now(void) { return inside; }
  * thread's, taken by a free that a signal handler calling exit
  * interrupted. (Counting the locks each thread holds cost every record
  * and free 10 instructions; this costs them nothing.) In a process
- * without other threads the lock is a plain store, which the exit hook
- * takes again without waiting: nothing to look at. */
+ * without other threads any lock held is this thread's: no waiting (the
+ * hook would take it again by a plain store, and read a table half way
+ * through a deletion). */
 static int shard_locks_free_within(int ms)
 {
-    if (__libc_single_threaded)
+    if (__libc_single_threaded) {
+        for (int i = 0; i < HP_SHARDS; i++)
+            if (atomic_load_explicit(&shards[i].lock, memory_order_relaxed))
+                return 0;
         return 1;
+    }
     struct timespec tick = {0, 1000000};
     int waited = 0;
     for (int i = 0; i < HP_SHARDS; i++)
@@ -887,11 +892,13 @@ static void at_exit(void)
      * or checked (it waited 5 s and left the file; then, with the file
      * gone, it left the helper's, and wrote again a profile it was writing
      * to a device or a /dev/fd path) */
-    /* Or exit called from a signal handler that interrupted this thread
-     * inside a record (its stack walk, the table) or a free holding a
-     * shard's lock (a SIGINT handler that ends the program): the profile
-     * and the check need what it holds, and waited for it for ever (7
-     * children in 40 hung: test_preload_exit_in_handler). */
+    /* Or exit called while this thread was inside crawl: from a signal
+     * handler that interrupted a record (its stack walk, the table) or a
+     * free holding a shard's lock (a SIGINT handler that ends the
+     * program), or from a callback crawl was running (a describe hook of
+     * a leak check's report): the profile and the check need what it may
+     * hold, and waited for it for ever (7 children in 40 hung:
+     * test_preload_exit_in_handler). */
     int own_write = ho_in_own_write();
     int interrupted = !own_write && hp_interrupted_inside();
     if (own_write || interrupted) {
@@ -899,7 +906,7 @@ static void at_exit(void)
         if (o->heap_profile_path[0] || o->leak_check) {   /* (not in silence: the exit code) */
             char line[200];
             int n = snprintf(line, sizeof line, "crawl: the program exited inside %s: %s%s%s\n",
-                             interrupted ? "crawl's recording of an allocation"
+                             interrupted ? "crawl (a signal handler or callback called exit)"
                                          : "a heap profile write",
                              o->heap_profile_path[0] ? "no profile written at exit" : "",
                              o->heap_profile_path[0] && o->leak_check ? ", " : "",

@@ -49,9 +49,14 @@ static int child(void)
     if (pthread_create(&t, NULL, idle, NULL) != 0)
         return 2;
     signal(SIGALRM, on_alarm);
+    /* (early: mostly inside the first stack walks' CFI compiles; late,
+     * 50 to 250 ms: in the loop's steady state, its frees' shard locks
+     * too) */
     struct timespec now;
     clock_gettime(CLOCK_MONOTONIC, &now);
-    struct itimerval it = {{0, 0}, {0, 1000 + (now.tv_nsec / 1000) % 9000}};
+    long us = getenv("EXIT_LATE") ? 50000 + (now.tv_nsec / 1000) % 200000
+                                  : 1000 + (now.tv_nsec / 1000) % 9000;
+    struct itimerval it = {{0, 0}, {0, us}};
     setitimer(ITIMER_REAL, &it, NULL);
     /* (one size, freed at once: glibc serves it from its per-thread cache
      * and takes no lock of its own, which an exit from the handler would
@@ -93,6 +98,8 @@ int main(int argc, char **argv)
         pid_t pid = fork();
         if (pid == 0) {
             setenv("CRAWL_OPTIONS", opts[i % 2], 1);
+            if (i % 4 >= 2)
+                setenv("EXIT_LATE", "1", 1);
             execl("/proc/self/exe", argv[0], "child", (char *)NULL);
             _exit(127);
         }
