@@ -295,12 +295,12 @@ static int insert_as(const hp_entry *e, int keep_stamp)
     size_t j = home_of(h, s->cap);
     for (;; j = (j + 1) & (s->cap - 1)) {
         uintptr_t q = s->t[j].ptr;
-        if (q == k && keep_stamp) {      /* put back over a newer record (a racing free and
-                                            allocation): the newer stays */
-            shard_unlock(&s->lock);
-            return 0;
-        }
         if (q == k) {                    /* recorded twice (a free we did not see): replace */
+            if (keep_stamp) {            /* (put back over a newer record, a racing free and
+                                            allocation: the newer stays) */
+                shard_unlock(&s->lock);
+                return 0;
+            }
             s->live_bytes -= s->t[j].size;
             s->t[j] = *e;
             s->t[j].ptr = k;
@@ -756,12 +756,8 @@ int hp_inside_now(void) { return inside; }
  * through a deletion). */
 static int shard_locks_free_within(int ms)
 {
-    if (__libc_single_threaded) {
-        for (int i = 0; i < HP_SHARDS; i++)
-            if (atomic_load_explicit(&shards[i].lock, memory_order_relaxed))
-                return 0;
-        return 1;
-    }
+    if (__libc_single_threaded)
+        ms = 0;
     struct timespec tick = {0, 1000000};
     int waited = 0;
     for (int i = 0; i < HP_SHARDS; i++)
