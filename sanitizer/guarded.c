@@ -189,7 +189,7 @@ static void make_pool(void)
     pool.end = pool.base + bytes;
     arena_lo = pool.base + slots;
     mprotect((void *)arena_lo, ARENA_BYTES, PROT_READ | PROT_WRITE);   /* NORESERVE: costs what reports touch */
-    __atomic_fetch_or(&crawl__free_kind, CRAWL__FREE_POOL, __ATOMIC_RELAXED);   /* before the bounds */
+    san_free_kind_or(CRAWL__FREE_POOL);   /* before the bounds */
     crawl__gpa_bounds.lo = pool.base;   /* lo first: a reader that loads span first sees it */
     __atomic_store_n(&crawl__gpa_bounds.span, pool.end - pool.base, __ATOMIC_RELEASE);
     san_hook_kind_update();

@@ -144,7 +144,7 @@ static void note_free_kind(uintptr_t ptr)
 {
     int kind = crawl__hp_addr_tellable(ptr) ? CRAWL__FREE_ALIGNED : CRAWL__FREE_FILTER;
     if (!(__atomic_load_n(&crawl__free_kind, __ATOMIC_RELAXED) & kind))
-        __atomic_fetch_or(&crawl__free_kind, kind, __ATOMIC_RELAXED);
+        san_free_kind_or(kind);
 }
 
 static void filter_set(unsigned slot, unsigned char count)
@@ -187,8 +187,7 @@ static void filter_saturate(void)
 {
     if (atomic_load(&saturated))
         return;
-    __atomic_fetch_or(&crawl__free_kind, CRAWL__FREE_FILTER | CRAWL__FREE_ALIGNED,
-                      __ATOMIC_RELAXED);     /* (before the bits) */
+    san_free_kind_or(CRAWL__FREE_FILTER | CRAWL__FREE_ALIGNED);   /* (before the bits) */
     const unsigned per = 1u << (14 - HP_SHARD_BITS);   /* slots a shard owns */
     for (unsigned i = 0; i < HP_SHARDS; i++) {
         shard_lock(&shards[i].lock);
@@ -199,7 +198,7 @@ static void filter_saturate(void)
         shard_unlock(&shards[i].lock);
     }
     atomic_store(&saturated, 1);
-    __atomic_fetch_or(&crawl__free_kind, CRAWL__FREE_ALL, __ATOMIC_RELAXED);   /* (after the bits) */
+    san_free_kind_or(CRAWL__FREE_ALL);   /* (after the bits) */
 }
 
 void crawl__hp_filter_stick(const void *p)
@@ -631,6 +630,32 @@ void crawl_heap_profile_stop(void)
 
 /* ---- what the preload's malloc does (crawl__hook_kind) ---------------------------------- */
 
+/* the preload's copies of the two words (crawl__hp_mirror_kinds); until
+ * then, words of no use */
+static int spare_words[2];
+static int *hook_kind_copy = &spare_words[0], *free_kind_copy = &spare_words[1];
+
+void san_free_kind_or(int bits)
+{
+    __atomic_fetch_or(&crawl__free_kind, bits, __ATOMIC_SEQ_CST);
+    __atomic_fetch_or(__atomic_load_n(&free_kind_copy, __ATOMIC_SEQ_CST), bits, __ATOMIC_RELAXED);
+}
+
+/* A change made while the copies are published is stored in them too, or
+ * read here after: the bits are only ever set, and the kind is settled
+ * again (san_hook_kind_update). */
+void crawl__hp_mirror_kinds(int *hook_kind, int *free_kind)
+{
+    if (!hook_kind || !free_kind)
+        return;
+    __atomic_store_n(&free_kind_copy, free_kind, __ATOMIC_RELEASE);
+    __atomic_store_n(&hook_kind_copy, hook_kind, __ATOMIC_RELEASE);
+    __atomic_thread_fence(__ATOMIC_SEQ_CST);
+    __atomic_fetch_or(free_kind, __atomic_load_n(&crawl__free_kind, __ATOMIC_RELAXED),
+                      __ATOMIC_RELAXED);
+    san_hook_kind_update();
+}
+
 static int hook_kind_now(void)
 {
     int mode = __atomic_load_n(&crawl__hp.mode, __ATOMIC_ACQUIRE);
@@ -659,6 +684,7 @@ void san_hook_kind_update(void)
     for (;;) {
         int k = hook_kind_now();
         __atomic_store_n(&crawl__hook_kind, k, __ATOMIC_RELAXED);
+        __atomic_store_n(__atomic_load_n(&hook_kind_copy, __ATOMIC_ACQUIRE), k, __ATOMIC_RELAXED);
         __atomic_thread_fence(__ATOMIC_SEQ_CST);
         if (hook_kind_now() == k)
             return;

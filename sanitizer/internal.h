@@ -25,6 +25,9 @@ unsigned san_gpa_rate_now(void);
 /* Set crawl__hook_kind from the heap profile's mode, the options and the
  * pool. Lock-free, async-signal-safe. */
 void san_hook_kind_update(void);
+/* Set bits of crawl__free_kind (and of the preload's copy of it).
+ * Lock-free, async-signal-safe. */
+void san_free_kind_or(int bits);
 
 /* depot.c */
 void san_depot_set_budget(size_t bytes);

@@ -132,6 +132,11 @@ CRAWL_API void crawl__hp_filter_stick(const void *p);
  * that records every allocation, frees look every pointer up (the filter
  * is stuck whole). Not API. */
 CRAWL_API void crawl__hp_whole_process(void);
+/* libcrawl-preload.so's own copies of crawl__hook_kind and
+ * crawl__free_kind, which its malloc and free read with no GOT load:
+ * crawl stores each change in both, the copies' first from its current
+ * values. Call once, before the copies are read. Not API. */
+CRAWL_API void crawl__hp_mirror_kinds(int *hook_kind, int *free_kind);
 /* The same, the stack starting at the caller of the frame whose registers
  * are *from (an allocator whose slow path is a function of its own). */
 CRAWL_API void crawl__heap_profile_slow_from(const void *p, size_t size, uintptr_t caller,

@@ -150,6 +150,40 @@ static void test_every_entry_point(void **state)
 
 /* A block resized by realloc after realloc, in and out of samples: its
  * contents stay, and each step leaves one chunk, recorded or not. */
+/* The fast path's byte countdown: an allocation of n bytes counts n + 1,
+ * so that one of 0 bytes can be a sample too, and the sample points are
+ * heap_sample_bytes (256) apart on average, counted so: an allocation is
+ * a sample when one falls in its n + 1 bytes, 1 - e^-(n+1)/256 of them. */
+static size_t samples_among(size_t n, int count, void **keep)
+{
+    size_t base = live_objects();
+    for (int i = 0; i < count; i++) {
+        keep[i] = malloc(n);
+        assert_non_null(keep[i]);
+    }
+    size_t got = live_objects() - base;
+    for (int i = 0; i < count; i++)
+        free(keep[i]);
+    assert_int_equal(live_objects(), base);
+    return got;
+}
+
+static void test_countdown_counts_bytes(void **state)
+{
+    (void)state;
+    enum { COUNT = 25600 };
+    static void *keep[COUNT];
+    /* 99.8 expected (standard deviation 10) */
+    size_t zero = samples_among(0, COUNT, keep);
+    print_message("malloc(0): %zu samples of %d\n", zero, COUNT);
+    assert_in_range(zero, 50, 200);
+    /* 64 + 1 bytes: 5742 expected (standard deviation 67; a countdown
+     * taken down twice as fast would give 10190) */
+    size_t small = samples_among(64, COUNT, keep);
+    print_message("malloc(64): %zu samples of %d\n", small, COUNT);
+    assert_in_range(small, 5742 - 600, 5742 + 600);
+}
+
 static void test_realloc_in_and_out_of_samples(void **state)
 {
     (void)state;
@@ -356,6 +390,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_every_entry_point),
+        cmocka_unit_test(test_countdown_counts_bytes),
         cmocka_unit_test(test_realloc_in_and_out_of_samples),
         cmocka_unit_test(test_outputs_leave_the_countdown),
         cmocka_unit_test(test_leak_check_refuses_samples),
