@@ -1379,6 +1379,54 @@ static void test_bad_arguments(void **state)
     assert_int_equal(crawl_heap_format_for("a.txt"), CRAWL_HEAP_TEXT);
 }
 
+/* the profile holds objects and bytes more than it did at *before */
+static void assert_live_since(const crawl_heap_totals *before, size_t objects, size_t bytes)
+{
+    crawl_heap_totals now;
+    crawl_heap_profile_totals(&now);
+    assert_int_equal(now.live_objects, before->live_objects + objects);
+    assert_int_equal(now.live_bytes, before->live_bytes + bytes);
+}
+
+/* The preload's realloc takes a chunk's entry out before glibc's realloc
+ * and puts it back when that fails (crawl__hp_take, crawl__hp_put_back):
+ * back exactly as it was, its stamp too (a leak check running meanwhile
+ * finds it the same entry: with a new stamp it took the chunk for freed
+ * and left its leak out), and never over a newer record of the address
+ * (a free and an allocation that raced the failing realloc: the newer
+ * stays). */
+static void test_put_back(void **state)
+{
+    (void)state;
+    assert_int_equal(crawl_heap_profile_start(), 0);
+    static _Alignas(16) char chunk[64];
+    crawl_heap_totals before;
+    crawl_heap_profile_totals(&before);
+    crawl__heap_profile_slow(chunk, 10, (uintptr_t)test_put_back);
+    crawl__hp_saved first, again;
+    crawl__hp_take(chunk, &first);
+    assert_int_equal(first.had, 1);
+    assert_int_equal(first.size, 10);
+    assert_int_equal(first.caller, (uintptr_t)test_put_back);
+    assert_live_since(&before, 0, 0);
+    crawl__hp_put_back(&first);
+    assert_live_since(&before, 1, 10);
+    crawl__hp_take(chunk, &again);
+    assert_int_equal(again.had, 1);
+    assert_int_equal(again.flags, first.flags);         /* the stamp kept */
+    assert_int_equal(again.stack, first.stack);
+    /* a newer record made while the entry was out */
+    crawl__heap_profile_slow(chunk, 20, (uintptr_t)test_bad_arguments);
+    crawl__hp_put_back(&again);
+    assert_live_since(&before, 1, 20);
+    crawl__hp_take(chunk, &again);
+    assert_int_equal(again.size, 20);
+    assert_int_equal(again.caller, (uintptr_t)test_bad_arguments);
+    crawl__hp_take(chunk, &again);                      /* none left */
+    assert_int_equal(again.had, 0);
+    assert_live_since(&before, 0, 0);
+}
+
 /* A profile file is written whole beside its path, then renamed over it:
  * two processes writing one path at once left one profile followed by the
  * tail of the other (1 run in 20 of an outside test). A symbolic link
@@ -1456,6 +1504,7 @@ int main(void)
         cmocka_unit_test(test_check_while_a_thread_blocks_signals),
         cmocka_unit_test(test_threads_and_fork),
         cmocka_unit_test(test_bad_arguments),
+        cmocka_unit_test(test_put_back),
     };
     const struct CMUnitTest alone[] = {   /* in this order: the first needs tables unused */
         cmocka_unit_test(test_first_tables_hide_no_leak),
