@@ -93,7 +93,12 @@ static void resolve(void)
     /* (at the first call, before any kind can change: a constructor run
      * before ours may allocate, and a pool chunk made then must not reach
      * glibc's free) */
-    crawl__hp_mirror_kinds(&hook_kind, &free_kind);
+    if (crawl__hp_mirror_kinds(&hook_kind, &free_kind) != 0) {
+        /* (copies crawl does not keep, a ninth copy of the preload: every
+         * call takes the slow paths, which read crawl's own state) */
+        hook_kind = CRAWL__HOOK_SLOW;
+        free_kind = CRAWL__FREE_ALL;
+    }
     void *(*m)(size_t) = (void *(*)(size_t))dlsym(RTLD_NEXT, "malloc");
     void (*f)(void *) = (void (*)(void *))dlsym(RTLD_NEXT, "free");
     real_calloc = (void *(*)(size_t, size_t))dlsym(RTLD_NEXT, "calloc");
@@ -185,17 +190,20 @@ static inline __attribute__((always_inline)) int countdown_passes(size_t n)
     /* n + 1 taken from the thread's word in one instruction (stc; sbb),
      * which leaves the flags of its result: 3 instructions fewer a malloc
      * than a load, an add, a test and a store (callgrind), and put back
-     * on the slow branch. (Its test is of the true difference: an n of
-     * 2^63 or more, an allocation that fails, may pass, and leaves the
-     * word below 0, so that the next allocation is a sample.) */
+     * on the slow branch. Between the two the word is at or below 0: a
+     * signal handler's malloc there takes the sample the interrupted
+     * allocation would have (the old load and store lost the handler's
+     * count instead). n is signed here, as in the C below: an n of 2^63
+     * or more (an allocation that fails) takes 2^64 - n - 1 bytes off
+     * the count to the next sample, nothing for SIZE_MAX. */
     int passes;
     __asm__("stc\n\tsbbq %2, %0" : "+m"(crawl__hp_countdown), "=@ccg"(passes) : "r"(n));
     if (__builtin_expect(passes, 1))
         return 1;
-    crawl__hp_countdown += (long)n + 1;
+    crawl__hp_countdown = (long)((unsigned long)crawl__hp_countdown + n + 1);
     return 0;
 #else
-    long left = crawl__hp_countdown - (long)n - 1;
+    long left = (long)((unsigned long)crawl__hp_countdown - n - 1);
     if (__builtin_expect(left <= 0, 0))
         return 0;
     crawl__hp_countdown = left;

@@ -543,7 +543,8 @@ int crawl__hp_decide(size_t size)
         return 0;
     if (!crawl__hp.sampled)
         return CRAWL__HP_RECORD;
-    if ((crawl__hp_countdown -= (long)size + 1) > 0 || !take_sample())
+    crawl__hp_countdown = (long)((unsigned long)crawl__hp_countdown - size - 1);   /* (wraps) */
+    if (crawl__hp_countdown > 0 || !take_sample())
         return 0;
     return atomic_load_explicit(&sample_bytes, memory_order_relaxed) >= ALIGNED_SAMPLES_FROM
                ? CRAWL__HP_SAMPLE_ALIGNED
@@ -630,30 +631,63 @@ void crawl_heap_profile_stop(void)
 
 /* ---- what the preload's malloc does (crawl__hook_kind) ---------------------------------- */
 
-/* the preload's copies of the two words (crawl__hp_mirror_kinds); until
- * then, words of no use */
-static int spare_words[2];
-static int *hook_kind_copy = &spare_words[0], *free_kind_copy = &spare_words[1];
+/* The preload's copies of the two words (crawl__hp_mirror_kinds): one
+ * pair for each copy of libcrawl-preload.so in the process (a program
+ * that also dlopens a copy of it by another path has two: each must see
+ * every change, or its free hands the pool's chunks to glibc). A slot is
+ * claimed by its free word's pointer (compare-and-swap), its hook word's
+ * stored after; writers skip what is not there yet. */
+#define KIND_COPIES 8
+static struct {
+    int *hook, *free;
+} copies[KIND_COPIES];
 
 void san_free_kind_or(int bits)
 {
     __atomic_fetch_or(&crawl__free_kind, bits, __ATOMIC_SEQ_CST);
-    __atomic_fetch_or(__atomic_load_n(&free_kind_copy, __ATOMIC_SEQ_CST), bits, __ATOMIC_RELAXED);
+    for (int i = 0; i < KIND_COPIES; i++) {
+        int *w = __atomic_load_n(&copies[i].free, __ATOMIC_SEQ_CST);
+        if (w)
+            __atomic_fetch_or(w, bits, __ATOMIC_RELAXED);
+    }
 }
 
-/* A change made while the copies are published is stored in them too, or
- * read here after: the bits are only ever set, and the kind is settled
- * again (san_hook_kind_update). */
-void crawl__hp_mirror_kinds(int *hook_kind, int *free_kind)
+static void hook_kind_store(int k)
+{
+    __atomic_store_n(&crawl__hook_kind, k, __ATOMIC_RELAXED);
+    for (int i = 0; i < KIND_COPIES; i++) {
+        int *w = __atomic_load_n(&copies[i].hook, __ATOMIC_ACQUIRE);
+        if (w)
+            __atomic_store_n(w, k, __ATOMIC_RELAXED);
+    }
+}
+
+/* A change made while a pair is published is stored in it too, or read
+ * here after (Dekker's pattern, as san_hook_kind_update's): the bits are
+ * only ever set, and the kind is settled again. Lock-free: the preload
+ * calls it from its first malloc. */
+int crawl__hp_mirror_kinds(int *hook_kind, int *free_kind)
 {
     if (!hook_kind || !free_kind)
-        return;
-    __atomic_store_n(&free_kind_copy, free_kind, __ATOMIC_RELEASE);
-    __atomic_store_n(&hook_kind_copy, hook_kind, __ATOMIC_RELEASE);
+        return -EINVAL;
+    int i = 0;
+    for (; i < KIND_COPIES; i++) {
+        int *none = NULL;
+        if (__atomic_load_n(&copies[i].free, __ATOMIC_ACQUIRE) == free_kind)
+            break;                       /* (registered again) */
+        if (__atomic_compare_exchange_n(&copies[i].free, &none, free_kind, 0, __ATOMIC_SEQ_CST,
+                                        __ATOMIC_ACQUIRE)) {
+            __atomic_store_n(&copies[i].hook, hook_kind, __ATOMIC_RELEASE);
+            break;
+        }
+    }
+    if (i == KIND_COPIES)
+        return -ENOSPC;
     __atomic_thread_fence(__ATOMIC_SEQ_CST);
-    __atomic_fetch_or(free_kind, __atomic_load_n(&crawl__free_kind, __ATOMIC_RELAXED),
+    __atomic_fetch_or(free_kind, __atomic_load_n(&crawl__free_kind, __ATOMIC_SEQ_CST),
                       __ATOMIC_RELAXED);
     san_hook_kind_update();
+    return 0;
 }
 
 static int hook_kind_now(void)
@@ -683,8 +717,7 @@ void san_hook_kind_update(void)
     __atomic_thread_fence(__ATOMIC_SEQ_CST);
     for (;;) {
         int k = hook_kind_now();
-        __atomic_store_n(&crawl__hook_kind, k, __ATOMIC_RELAXED);
-        __atomic_store_n(__atomic_load_n(&hook_kind_copy, __ATOMIC_ACQUIRE), k, __ATOMIC_RELAXED);
+        hook_kind_store(k);
         __atomic_thread_fence(__ATOMIC_SEQ_CST);
         if (hook_kind_now() == k)
             return;

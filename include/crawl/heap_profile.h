@@ -64,7 +64,7 @@ CRAWL_API extern struct crawl__hp_fast {
 } crawl__hp __attribute__((aligned(64)));
 CRAWL_API extern __thread long crawl__hp_countdown __attribute__((tls_model("initial-exec")));
 /* What libcrawl-preload.so's malloc does before it calls glibc's, in one
- * load, kept by crawl as the heap profile starts and stops, the options
+ * load (of its own copy: crawl__hp_mirror_kinds), kept by crawl as the heap profile starts and stops, the options
  * change and the guarded pool is made: PLAIN nothing (not recording, no
  * pool), GPA count down to the pool's next sample, SAMPLED count down the
  * bytes to the heap profile's next sample (no pool), BOTH both, SLOW go to
@@ -134,9 +134,12 @@ CRAWL_API void crawl__hp_filter_stick(const void *p);
 CRAWL_API void crawl__hp_whole_process(void);
 /* libcrawl-preload.so's own copies of crawl__hook_kind and
  * crawl__free_kind, which its malloc and free read with no GOT load:
- * crawl stores each change in both, the copies' first from its current
- * values. Call once, before the copies are read. Not API. */
-CRAWL_API void crawl__hp_mirror_kinds(int *hook_kind, int *free_kind);
+ * crawl stores each change in them too, the copies' first from its current
+ * values. Each copy of the preload in the process registers its own (up
+ * to 8; a pair registered again is kept once). 0, -EINVAL for NULL, or
+ * -ENOSPC: the copies are not kept, and that preload must not rely on
+ * them. Lock-free. Not API. */
+CRAWL_API int crawl__hp_mirror_kinds(int *hook_kind, int *free_kind);
 /* The same, the stack starting at the caller of the frame whose registers
  * are *from (an allocator whose slow path is a function of its own). */
 CRAWL_API void crawl__heap_profile_slow_from(const void *p, size_t size, uintptr_t caller,
@@ -239,7 +242,10 @@ static inline __attribute__((always_inline)) int crawl__heap_profile_wants(const
 {
     if (__builtin_expect(crawl__hp.on != 1, 1) || !p)
         return 0;
-    return !crawl__hp.sampled || (crawl__hp_countdown -= (long)size + 1) <= 0;
+    if (!crawl__hp.sampled)
+        return 1;
+    crawl__hp_countdown = (long)((unsigned long)crawl__hp_countdown - size - 1);   /* (wraps) */
+    return crawl__hp_countdown <= 0;
 }
 static inline __attribute__((always_inline)) void crawl_heap_profile_on_alloc(const void *p,
                                                                               size_t size,
