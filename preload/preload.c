@@ -156,10 +156,12 @@ EXPORT int pthread_getattr_np(pthread_t t, pthread_attr_t *attr)
 __attribute__((constructor)) static void preload_init(void)
 {
     resolve();
+    /* never unloaded: walks through malloc need not ask the loader, and
+     * crawl keeps pointers to this copy's kind words (also in a set-uid
+     * program, where a copy dlopened and closed again left them dangling) */
+    crawl_module_pin((const void *)preload_init);
     if (!ready || secure)
         return;
-    /* never unloaded: walks through malloc need not ask the loader */
-    crawl_module_pin((const void *)preload_init);
     crawl__hp_whole_process();
     crawl_heap_profile_from_options();
 }

@@ -73,6 +73,13 @@ static void test_both_copies_sample(void **state)
     assert_in_range(got, 150, 400);
     assert_int_equal(live_objects(), base);
     crawl_heap_profile_stop();
+    /* a copy stays loaded (pinned): crawl goes on storing in its words */
+    assert_int_equal(dlclose(second), 0);
+    assert_int_equal(crawl_sanitizer_set_options("gpa_sample_rate=1"), 0);
+    void *p = malloc(8);
+    assert_non_null(p);
+    free(p);
+    assert_int_equal(crawl_sanitizer_set_options("gpa_sample_rate=0"), 0);
 }
 
 /* crawl keeps 8 pairs: a copy loaded when they are taken is told so, and
