@@ -162,8 +162,10 @@ __attribute__((constructor)) static void preload_init(void)
     crawl_module_pin((const void *)preload_init);
     if (!ready || secure)
         return;
-    crawl__hp_whole_process();
-    crawl_heap_profile_from_options();
+    /* (once: a copy dlopened later would start again a profile the
+     * program has stopped) */
+    if (crawl__hp_whole_process())
+        crawl_heap_profile_from_options();
 }
 
 /* One in gpa_sample_rate: a pool allocation, else NULL. */

@@ -181,7 +181,12 @@ static void filter_add(uintptr_t ptr, int delta)   /* under ptr's shard lock */
  * compiled against an older crawl, which read only the bits. */
 static int whole_process;
 
-void crawl__hp_whole_process(void) { whole_process = 1; }
+int crawl__hp_whole_process(void)
+{
+    int was = 0;
+    return __atomic_compare_exchange_n(&whole_process, &was, 1, 0, __ATOMIC_SEQ_CST,
+                                       __ATOMIC_SEQ_CST);
+}
 
 static void filter_saturate(void)
 {
@@ -672,11 +677,13 @@ int crawl__hp_mirror_kinds(int *hook_kind, int *free_kind)
         return -EINVAL;
     int i = 0;
     for (; i < KIND_COPIES; i++) {
-        int *none = NULL;
-        if (__atomic_load_n(&copies[i].free, __ATOMIC_ACQUIRE) == free_kind)
-            break;                       /* (registered again) */
-        if (__atomic_compare_exchange_n(&copies[i].free, &none, free_kind, 0, __ATOMIC_SEQ_CST,
-                                        __ATOMIC_ACQUIRE)) {
+        int *at = __atomic_load_n(&copies[i].free, __ATOMIC_ACQUIRE);
+        if (!at && __atomic_compare_exchange_n(&copies[i].free, &at, free_kind, 0,
+                                               __ATOMIC_SEQ_CST, __ATOMIC_ACQUIRE))
+            at = free_kind;              /* (claimed; else at is the winner's) */
+        if (at == free_kind) {
+            /* (claimed, or found: registered again, maybe by another thread
+             * at this moment, whose hook pointer may not be there yet) */
             __atomic_store_n(&copies[i].hook, hook_kind, __ATOMIC_RELEASE);
             break;
         }

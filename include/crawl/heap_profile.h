@@ -130,8 +130,10 @@ CRAWL_API void crawl__hp_put_back(const crawl__hp_saved *saved);
 CRAWL_API void crawl__hp_filter_stick(const void *p);
 /* libcrawl-preload.so records the whole process: from the first start
  * that records every allocation, frees look every pointer up (the filter
- * is stuck whole). Not API. */
-CRAWL_API void crawl__hp_whole_process(void);
+ * is stuck whole). 1 at the process's first call, 0 after (a second
+ * copy of the preload, dlopened: the options were read already). Not
+ * API. */
+CRAWL_API int crawl__hp_whole_process(void);
 /* libcrawl-preload.so's own copies of crawl__hook_kind and
  * crawl__free_kind, which its malloc and free read with no GOT load:
  * crawl stores each change in them too, the copies' first from its current

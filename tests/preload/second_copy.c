@@ -4,9 +4,10 @@
  * When only the last copy registered was kept, the preload serving the
  * program never saw the guarded pool made, handed a pool chunk to glibc's
  * free (which aborted: "free(): invalid pointer"), and never sampled.
- * Linked against libcrawl-preload.so, run with
- * CRAWL_OPTIONS=gpa_sample_rate=0; SECOND_COPY and THIRD_COPY are the
- * copies' paths (in the build tree). */
+ * Nor may a copy's constructor start again the profile of the options
+ * once the program has stopped it. Linked against libcrawl-preload.so,
+ * run with CRAWL_OPTIONS=heap_profile=1:gpa_sample_rate=0; SECOND_COPY
+ * and THIRD_COPY are the copies' paths (in the build tree). */
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <errno.h>
@@ -96,8 +97,11 @@ static void test_a_copy_crawl_cannot_keep(void **state)
     assert_int_equal(rc, -ENOSPC);       /* (the two copies hold two pairs) */
     assert_in_range(n, 1, 6);
     assert_int_equal(crawl__hp_mirror_kinds(&words[0], &words[1]), 0);   /* (kept already) */
+    assert_int_equal(crawl_heap_profile_active(), 0);   /* (stopped by the test before) */
     void *third = dlopen(THIRD_COPY, RTLD_NOW | RTLD_LOCAL);
     assert_non_null(third);
+    /* its constructor does not start the profile of the options again */
+    assert_int_equal(crawl_heap_profile_active(), 0);
     void *(*its_malloc)(size_t) = (void *(*)(size_t))dlsym(third, "malloc");
     void (*its_free)(void *) = (void (*)(void *))dlsym(third, "free");
     assert_non_null(its_malloc);
