@@ -207,7 +207,7 @@ static inline __attribute__((always_inline)) int countdown_passes(size_t n)
     crawl__hp_countdown = (long)((unsigned long)crawl__hp_countdown + n + 1);
     return 0;
 #else
-    long left = (long)((unsigned long)crawl__hp_countdown - n - 1);
+    long left = crawl__hp_countdown_less(crawl__hp_countdown, n);
     if (__builtin_expect(left <= 0, 0))
         return 0;
     crawl__hp_countdown = left;

@@ -308,7 +308,7 @@ static int insert_as(const hp_entry *e, int keep_stamp)
             s->live_bytes -= s->t[j].size;
             s->t[j] = *e;
             s->t[j].ptr = k;
-            s->t[j].flags = stamped(s, e->flags, keep_stamp);
+            s->t[j].flags = stamped(s, e->flags, 0);
             s->live_bytes += e->size;
             shard_unlock(&s->lock);
             return 0;
@@ -548,7 +548,7 @@ int crawl__hp_decide(size_t size)
         return 0;
     if (!crawl__hp.sampled)
         return CRAWL__HP_RECORD;
-    crawl__hp_countdown = (long)((unsigned long)crawl__hp_countdown - size - 1);   /* (wraps) */
+    crawl__hp_countdown = crawl__hp_countdown_less(crawl__hp_countdown, size);
     if (crawl__hp_countdown > 0 || !take_sample())
         return 0;
     return atomic_load_explicit(&sample_bytes, memory_order_relaxed) >= ALIGNED_SAMPLES_FROM

@@ -63,9 +63,16 @@ CRAWL_API extern struct crawl__hp_fast {
     uint64_t bits[(1 << 14) / 64];
 } crawl__hp __attribute__((aligned(64)));
 CRAWL_API extern __thread long crawl__hp_countdown __attribute__((tls_model("initial-exec")));
+/* A countdown less an allocation of n bytes, which counts n + 1, the
+ * subtraction wrapping (n may be any size). Not API. */
+static inline long crawl__hp_countdown_less(long countdown, size_t n)
+{
+    return (long)((unsigned long)countdown - n - 1);
+}
 /* What libcrawl-preload.so's malloc does before it calls glibc's, in one
- * load (of its own copy: crawl__hp_mirror_kinds), kept by crawl as the heap profile starts and stops, the options
- * change and the guarded pool is made: PLAIN nothing (not recording, no
+ * load (of its own copy: crawl__hp_mirror_kinds), kept by crawl as the
+ * heap profile starts and stops, the options change and the guarded pool
+ * is made: PLAIN nothing (not recording, no
  * pool), GPA count down to the pool's next sample, SAMPLED count down the
  * bytes to the heap profile's next sample (no pool), BOTH both, SLOW go to
  * the slow path (recording every allocation). Not API. */
@@ -246,7 +253,7 @@ static inline __attribute__((always_inline)) int crawl__heap_profile_wants(const
         return 0;
     if (!crawl__hp.sampled)
         return 1;
-    crawl__hp_countdown = (long)((unsigned long)crawl__hp_countdown - size - 1);   /* (wraps) */
+    crawl__hp_countdown = crawl__hp_countdown_less(crawl__hp_countdown, size);
     return crawl__hp_countdown <= 0;
 }
 static inline __attribute__((always_inline)) void crawl_heap_profile_on_alloc(const void *p,
