@@ -6,3 +6,13 @@ command -v taskset >/dev/null && pin="taskset -c 1"
 export DEBUGINFOD_URLS=
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
+# run LABEL COMMAND...: the command's last line that is a number of
+# seconds appended to $tmp/LABEL (its output otherwise dropped); a failure
+# or no time ends the script
+run() {
+    label=$1; shift
+    "$@" >"$tmp/out" 2>/dev/null || { echo "bench: $label failed" >&2; exit 1; }
+    t=$(grep -E '^[0-9]+\.[0-9]+$' "$tmp/out" | tail -n 1)
+    [ -n "$t" ] || { echo "bench: $label printed no time" >&2; exit 1; }
+    echo "$t" >>"$tmp/$label"
+}

@@ -33,13 +33,6 @@ work=$build/bench/bench_heap_work
 pre=$build/libcrawl-preload.so
 floor=$build/bench/libbench_interpose_floor.so
 . "$(dirname "$0")/common.sh"
-run() {   # label, command...
-    label=$1; shift
-    "$@" >"$tmp/out" 2>/dev/null || { echo "bench: $label failed" >&2; exit 1; }
-    t=$(grep -E '^[0-9]+\.[0-9]+$' "$tmp/out" | tail -n 1)
-    [ -n "$t" ] || { echo "bench: $label printed no time" >&2; exit 1; }
-    echo "$t" >>"$tmp/$label"
-}
 have_heaptrack=0
 command -v heaptrack >/dev/null && have_heaptrack=1
 for round in $(seq "$rounds"); do
