@@ -2,12 +2,19 @@
  * from three call paths 4 to 7 frames deep, 4096 chunks live at any time
  * (each allocation replaces one). Built as Debian builds programs: -O2,
  * no frame pointers, so stacks need the CFI. Prints its wall time.
- * usage: bench_heap_work [PAIRS] [diverse]: with "diverse", 192 call paths
- * (one of 8 wrappers, then 1 to 24 levels of mid: 8 to 31 frames), so that
- * a thread's last few stacks rarely start where the next one does. */
+ * usage: bench_heap_work [PAIRS] [diverse|stopped]: with "diverse", 192
+ * call paths (one of 8 wrappers, then 1 to 24 levels of mid: 8 to 31
+ * frames), so that a thread's last few stacks rarely start where the next
+ * one does; with "stopped", the ring filled first and then, under
+ * libcrawl-preload.so, the heap profile stopped (crawl_heap_profile_stop,
+ * looked up at run time: the program links nothing of crawl's) before the
+ * timed pairs: what frees cost once a profile that ran has stopped. */
+#define _GNU_SOURCE
+#include <dlfcn.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 
 #define LIVE 4096
@@ -51,7 +58,17 @@ static void *(*const wrappers[8])(size_t, unsigned, unsigned) = {wrap0, wrap1, w
 int main(int argc, char **argv)
 {
     long iters = argc > 1 ? atol(argv[1]) : 10000000;
-    int diverse = argc > 2;
+    int diverse = argc > 2 && strcmp(argv[2], "diverse") == 0;
+    if (argc > 2 && strcmp(argv[2], "stopped") == 0) {
+        for (int i = 0; i < LIVE; i++)
+            ring[i] = path_a(16 + (size_t)i % 512);   /* recorded while it runs */
+        void (*stop)(void) = (void (*)(void))dlsym(RTLD_DEFAULT, "crawl_heap_profile_stop");
+        if (stop)
+            stop();
+    } else if (argc > 2 && !diverse) {
+        fprintf(stderr, "usage: bench_heap_work [PAIRS] [diverse|stopped]\n");
+        return 2;
+    }
     struct timespec a, b;
     clock_gettime(CLOCK_MONOTONIC, &a);
     uint64_t x = 88172645463325252ULL;
