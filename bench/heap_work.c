@@ -65,6 +65,8 @@ int main(int argc, char **argv)
         void (*stop)(void) = (void (*)(void))dlsym(RTLD_DEFAULT, "crawl_heap_profile_stop");
         if (stop)
             stop();
+        else                             /* (glibc alone: nothing to stop) */
+            fprintf(stderr, "bench_heap_work: no crawl_heap_profile_stop in the process\n");
     } else if (argc > 2 && !diverse) {
         fprintf(stderr, "usage: bench_heap_work [PAIRS] [diverse|stopped]\n");
         return 2;
