@@ -26,16 +26,11 @@
 #include <crawl/heap_profile.h>
 #include <crawl/sanitizer.h>
 
+#include "../heap_live.h"
+
 #define SMALL (100 * 1024)              /* below glibc's mmap threshold: a heap chunk */
 #define BIG (200 * 1024)                /* above it: mapped whole */
 #define N 64
-
-static size_t live_objects(void)
-{
-    crawl_heap_totals t;
-    crawl_heap_profile_totals(&t);
-    return t.live_objects;
-}
 
 /* p, as the compiler cannot follow it: stores before a free are not
  * dropped, nor reads of what malloc returned taken as indeterminate */

@@ -20,16 +20,11 @@
 #include <crawl/heap_profile.h>
 #include <crawl/sanitizer.h>
 
+#include "../heap_live.h"
+
 /* crawl__free_kind without FREE_ALIGNED: recording every allocation, one
  * that glibc happens to place 4 KiB-aligned (about 1 in 150) sets it too */
 static int free_kind_but_aligned(void) { return crawl__free_kind & ~CRAWL__FREE_ALIGNED; }
-
-static size_t live_objects(void)
-{
-    crawl_heap_totals t;
-    crawl_heap_profile_totals(&t);
-    return t.live_objects;
-}
 
 /* With the kind as expected, n allocations of 40 bytes: how many the pool
  * served and how many the heap profile holds, in [lo, hi] each (all freed

@@ -29,12 +29,7 @@
 #include <crawl/heap_profile.h>
 #include <crawl/sanitizer.h>
 
-static size_t live_objects(void)
-{
-    crawl_heap_totals t;
-    crawl_heap_profile_totals(&t);
-    return t.live_objects;
-}
+#include "../heap_live.h"
 
 static unsigned rng = 12345;
 

@@ -22,14 +22,9 @@
 #include <crawl/heap_profile.h>
 #include <crawl/sanitizer.h>
 
-static void *second;
+#include "../heap_live.h"
 
-static size_t live_objects(void)
-{
-    crawl_heap_totals t;
-    crawl_heap_profile_totals(&t);
-    return t.live_objects;
-}
+static void *second;
 
 static void test_pool_chunks_go_back_to_the_pool(void **state)
 {

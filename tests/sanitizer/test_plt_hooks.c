@@ -5,6 +5,7 @@
  * reloaded is hooked again, and one that took an unloaded library's place
  * is left alone. */
 #define _GNU_SOURCE
+#include "../heap_live.h"
 #include "../support.h"
 
 #include <crawl/heap_profile.h>
@@ -46,13 +47,6 @@ static void open_lib(lib *l, const char *path, const char *name)
     assert_true(l->alloc && l->dup && l->free && l->malloc_address);
 }
 
-static size_t live(void)
-{
-    crawl_heap_totals t;
-    crawl_heap_profile_totals(&t);
-    return t.live_objects;
-}
-
 static void test_hooks(void **state)
 {
     (void)state;
@@ -69,12 +63,12 @@ static void test_hooks(void **state)
     assert_ptr_not_equal(a.malloc_address(), original);
     assert_ptr_equal(b.malloc_address(), original);  /* ignored */
 
-    size_t before = live();
+    size_t before = live_objects();
     void *pa = a.alloc(100);
     char *da = a.dup("hooked");
-    assert_int_equal(live(), before + 2);
+    assert_int_equal(live_objects(), before + 2);
     void *pb = b.alloc(100);                           /* ignored: not recorded */
-    assert_int_equal(live(), before + 2);
+    assert_int_equal(live_objects(), before + 2);
 
     /* loaded after install by the test program, which is not hooked (its
      * path does not match): c is not hooked until the next install */
@@ -83,22 +77,22 @@ static void test_hooks(void **state)
 
     a.free(pa);
     a.free(da);
-    assert_int_equal(live(), before);
+    assert_int_equal(live_objects(), before);
     b.free(pb);
 
     crawl_heap_hooks_uninstall();
     assert_int_equal(crawl_heap_hooks_count(), 0);
     assert_ptr_equal(a.malloc_address(), original);   /* the GOT entry, exactly as it was */
     void *pa2 = a.alloc(10);
-    assert_int_equal(live(), before);                  /* not recorded any more */
+    assert_int_equal(live_objects(), before);                  /* not recorded any more */
     a.free(pa2);
 
     /* again, now c is loaded: both a and c are hooked */
     assert_int_equal(crawl_heap_hooks_install("libplt_(a|c)", ""), 0);
     void *pc = c.alloc(7);
-    assert_int_equal(live(), before + 1);
+    assert_int_equal(live_objects(), before + 1);
     c.free(pc);
-    assert_int_equal(live(), before);
+    assert_int_equal(live_objects(), before);
     crawl_heap_hooks_uninstall();
     assert_ptr_equal(c.malloc_address(), original);
     dlclose(a.h), dlclose(b.h), dlclose(c.h);
@@ -115,12 +109,12 @@ static void test_realloc_to_zero(void **state)
     assert_non_null(re);
     assert_int_equal(crawl_heap_profile_start(), 0);
     assert_int_equal(crawl_heap_hooks_install("libplt_a", NULL), 0);
-    size_t before = live();
+    size_t before = live_objects();
     void *p = a.alloc(1 << 20);          /* above malloc's mmap threshold: a mapping of its own */
     assert_non_null(p);
-    assert_int_equal(live(), before + 1);
+    assert_int_equal(live_objects(), before + 1);
     re(p, 0);
-    assert_int_equal(live(), before);
+    assert_int_equal(live_objects(), before);
     /* a realloc that fails leaves the block's entry as it was: its own
      * size (it was recorded again at malloc_usable_size) */
     crawl_heap_totals t0, t1;
@@ -153,11 +147,11 @@ static void test_dlopen_from_hooked_module(void **state)
     assert_non_null(e);
     void *(*e_alloc)(size_t) = (void *(*)(size_t))dlsym(e, "plt_e_alloc");
     void (*e_free)(void *) = (void (*)(void *))dlsym(e, "plt_e_free");
-    size_t before = live();
+    size_t before = live_objects();
     void *p = e_alloc(33);
-    assert_int_equal(live(), before + 1);
+    assert_int_equal(live_objects(), before + 1);
     e_free(p);
-    assert_int_equal(live(), before);
+    assert_int_equal(live_objects(), before);
     crawl_heap_hooks_uninstall();
     dlclose(e);
     dlclose(d.h);
@@ -182,11 +176,11 @@ static void test_reloaded_module_is_hooked_again(void **state)
         *(void **)&e.free = dlsym(e.h, "plt_e_free");
         *(void **)&e.malloc_address = dlsym(e.h, "plt_e_malloc_address");
         assert_ptr_not_equal(e.malloc_address(), original);   /* hooked */
-        size_t before = live();
+        size_t before = live_objects();
         void *p = e.alloc(41);
-        assert_int_equal(live(), before + 1);
+        assert_int_equal(live_objects(), before + 1);
         e.free(p);
-        assert_int_equal(live(), before);
+        assert_int_equal(live_objects(), before);
         dlclose(e.h);
     }
     crawl_heap_hooks_uninstall();
