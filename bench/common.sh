@@ -1,6 +1,7 @@
 # Sourced by the bench scripts after `build` is set: pin runs to one core
 # when taskset exists ($pin), never ask debuginfod over the network, and a
-# temporary directory ($tmp) removed at exit.
+# temporary directory ($tmp) removed at exit; run (a timed run) and
+# median, below.
 pin=""
 command -v taskset >/dev/null && pin="taskset -c 1"
 export DEBUGINFOD_URLS=
@@ -16,3 +17,5 @@ run() {
     [ -n "$t" ] || { echo "bench: $label printed no time" >&2; exit 1; }
     echo "$t" >>"$tmp/$label"
 }
+# the median of the numbers on stdin, one a line
+median() { sort -n | awk '{ v[NR] = $1 } END { print NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }

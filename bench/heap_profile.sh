@@ -63,8 +63,6 @@ for round in $(seq "$cheap"); do
     LD_PRELOAD=$pre run gpa $pin "$work" "$iters"
     LD_PRELOAD=$floor run floor $pin "$work" "$iters"
 done
-# the median of the numbers on stdin, one a line
-median() { sort -n | awk '{ v[NR] = $1 } END { print NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
 med() { median <"$tmp/$1"; }
 # the median of the rounds' ratios of $1's time to $2's (default glibc's)
 ratio() { paste "$tmp/${2:-glibc}" "$tmp/$1" | awk '{ printf "%.6f\n", $2 / $1 }' | median; }

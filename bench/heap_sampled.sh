@@ -56,7 +56,7 @@ summary() {
                 name, 100 * (med - 1), 100 * (v[int((n + 3) / 4)] - 1), 100 * (v[int((3 * n + 3) / 4)] - 1), ci
         }'
 }
-glibc_med=$(sort -n "$tmp/glibc" | awk '{ v[NR] = $1 } END { print NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }')
+glibc_med=$(median <"$tmp/glibc")
 echo "bench/heap_sampled: $iters malloc/free pairs, $rounds paired rounds, pinned; glibc alone $glibc_med s (median)"
 summary sampled "crawl, sampled every 512 KiB"
 summary floor "a bare forwarding interposer"

@@ -58,8 +58,9 @@ static void *(*const wrappers[8])(size_t, unsigned, unsigned) = {wrap0, wrap1, w
 int main(int argc, char **argv)
 {
     long iters = argc > 1 ? atol(argv[1]) : 10000000;
-    int diverse = argc > 2 && strcmp(argv[2], "diverse") == 0;
-    if (argc > 2 && strcmp(argv[2], "stopped") == 0) {
+    const char *mode = argc > 2 ? argv[2] : "";
+    int diverse = strcmp(mode, "diverse") == 0;
+    if (strcmp(mode, "stopped") == 0) {
         for (int i = 0; i < LIVE; i++)
             ring[i] = path_a(16 + (size_t)i % 512);   /* recorded while it runs */
         void (*stop)(void) = (void (*)(void))dlsym(RTLD_DEFAULT, "crawl_heap_profile_stop");
@@ -67,7 +68,7 @@ int main(int argc, char **argv)
             stop();
         else                             /* (glibc alone: nothing to stop) */
             fprintf(stderr, "bench_heap_work: no crawl_heap_profile_stop in the process\n");
-    } else if (argc > 2 && !diverse) {
+    } else if (*mode && !diverse) {
         fprintf(stderr, "usage: bench_heap_work [PAIRS] [diverse|stopped]\n");
         return 2;
     }
