@@ -31,6 +31,7 @@
 #define SMALL (100 * 1024)              /* below glibc's mmap threshold: a heap chunk */
 #define BIG (200 * 1024)                /* above it: mapped whole */
 #define N 64
+#define SPARES 4                        /* chunks kept a class (preload.c) */
 
 /* p, as the compiler cannot follow it: stores before a free are not
  * dropped, nor reads of what malloc returned taken as indeterminate */
@@ -179,29 +180,31 @@ static void test_small_samples(void **state)
     check_small(how, 40000);
 }
 
-/* the next sample of 100 bytes from malloc (the others freed at once) */
-static unsigned char *small_sample(void)
+/* the next sample of n bytes from malloc (the others freed at once) */
+static unsigned char *sample_of(size_t n)
 {
     for (;;) {
         size_t before = live_objects();
-        unsigned char *q = opaque(malloc(100));
+        unsigned char *q = opaque(malloc(n));
         if (live_objects() == before + 1)
             return q;
         free(q);
     }
 }
 
-/* A small sample's chunk, freed, is kept (4 of a class) and is a next
- * small sample as it was, not made again (memalign cost glibc 5,000
- * instructions a sample here): the first four frees' chunks are the next
- * four samples, in that order, their bytes untouched. (Made before the
- * test, spares of other tests' samples are taken first. glibc itself may
- * hand out the last chunk freed to it untouched, merged into its top: the
- * fifth is not asked about.) */
+static unsigned char *small_sample(void) { return sample_of(100); }
+
+/* A small sample's chunk, freed, is kept (SPARES of a class) and is a
+ * next small sample as it was, not made again (memalign cost glibc 5,000
+ * instructions a sample here): the first SPARES frees' chunks are the
+ * next SPARES samples, in that order, their bytes untouched. (Made before
+ * the test, spares of other tests' samples are taken first. glibc itself
+ * may hand out the last chunk freed to it untouched, merged into its top:
+ * the one after is not asked about.) */
 static void test_spares_reused(void **state)
 {
     (void)state;
-    enum { MADE = 8, SPARES = 4 };
+    enum { MADE = SPARES + 4 };
     unsigned char *s[MADE];
     uintptr_t addr[MADE];
     for (int round = 0; round < 2; round++) {
@@ -239,24 +242,27 @@ static void expect_abort(pid_t child)
 
 /* A spare freed again (a double free) is said and the process aborted, as
  * glibc's free does for one it sees, instead of being kept twice and
- * handed out as two samples' memory. In a child: */
+ * handed out as two samples' memory: in each class (1 to 16 KiB), as free
+ * looks among the spares of the class the chunk's size says. In a child
+ * each: */
 static void test_spare_freed_twice(void **state)
 {
     (void)state;
-    pid_t child = fork();
-    assert_true(child >= 0);
-    if (child == 0) {
-        unsigned char *held[4];
-        for (int k = 0; k < 4; k++)      /* the spares taken: a slot is free for q */
-            held[k] = small_sample();
-        unsigned char *q = small_sample();
-        free(opaque(q));
-        free(opaque(q));                 /* (crawl aborts here) */
-        unsigned char *a = small_sample(), *b = small_sample();
-        _exit(a == b ? 3 : 4);           /* 3: q handed out twice */
-        (void)held;
+    static const size_t sizes[] = {100, 1500, 3000, 6000, 12000};
+    for (size_t s = 0; s < sizeof sizes / sizeof *sizes; s++) {
+        pid_t child = fork();
+        assert_true(child >= 0);
+        if (child == 0) {
+            /* q a spare (then its slot is free) or made (no spare held):
+             * its free keeps it */
+            unsigned char *q = sample_of(sizes[s]);
+            free(opaque(q));
+            free(opaque(q));             /* (crawl aborts here) */
+            unsigned char *a = sample_of(sizes[s]), *b = sample_of(sizes[s]);
+            _exit(a == b ? 3 : 4);       /* 3: q handed out twice */
+        }
+        expect_abort(child);
     }
-    expect_abort(child);
 }
 
 /* A double free whose first free went to glibc (the class's spares were
@@ -270,10 +276,10 @@ static void test_double_free_through_glibc(void **state)
     pid_t child = fork();
     assert_true(child >= 0);
     if (child == 0) {
-        unsigned char *held[4];
-        for (int k = 0; k < 4; k++)      /* the spares taken, then 4 kept: full */
+        unsigned char *held[SPARES];
+        for (int k = 0; k < SPARES; k++) /* the spares taken, then SPARES kept: full */
             held[k] = small_sample();
-        for (int k = 0; k < 4; k++)
+        for (int k = 0; k < SPARES; k++)
             free(held[k]);
         void *q = memalign(4096, 1024);
         uintptr_t qa = (uintptr_t)q;

@@ -18,6 +18,7 @@
 #include <setjmp.h>
 #include <stdint.h>
 #include <errno.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -175,6 +176,61 @@ static void test_countdown_counts_bytes(void **state)
     size_t small = samples_among(64, COUNT, keep);
     print_message("malloc(64): %zu samples of %d\n", small, COUNT);
     assert_in_range(small, 5742 - 600, 5742 + 600);
+}
+
+/* malloc(0)s from the fast path: each takes 1 from this thread's
+ * crawl__hp_countdown (n + 1), as long as that stays above 0; another
+ * thread's word is not touched. The preload reaches the word by its
+ * offset from the thread pointer, taken once: that offset is every
+ * thread's. 0, or a failed check's line. */
+static long *main_countdown;
+
+static void *opaque_malloc(size_t n)
+{
+    void *p = malloc(n);
+    __asm__ volatile("" : "+r"(p) : : "memory");   /* (not elided with its free) */
+    return p;
+}
+
+static int countdown_steps(void)
+{
+    long other = main_countdown ? *main_countdown : 0;
+    int steps = 0;
+    for (int i = 0; i < 4096 && steps < 64; i++) {
+        long before = crawl__hp_countdown;
+        void *p = opaque_malloc(0);
+        long after = crawl__hp_countdown;
+        free(p);
+        if (before > 1) {                /* (else a sample: the slow path draws again) */
+            if (after != before - 1)
+                return __LINE__;
+            steps++;
+        }
+    }
+    if (steps < 64)
+        return __LINE__;
+    if (main_countdown && *main_countdown != other)
+        return __LINE__;
+    return 0;
+}
+
+static void *countdown_thread(void *arg)
+{
+    (void)arg;
+    return (void *)(intptr_t)countdown_steps();
+}
+
+static void test_countdown_is_each_threads(void **state)
+{
+    (void)state;
+    assert_int_equal(countdown_steps(), 0);
+    main_countdown = &crawl__hp_countdown;
+    pthread_t t;
+    void *line;
+    assert_int_equal(pthread_create(&t, NULL, countdown_thread, NULL), 0);
+    assert_int_equal(pthread_join(t, &line), 0);
+    main_countdown = NULL;
+    assert_int_equal((intptr_t)line, 0);
 }
 
 /* A block resized by realloc after realloc, in and out of samples: its
@@ -387,6 +443,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_every_entry_point),
         cmocka_unit_test(test_countdown_counts_bytes),
+        cmocka_unit_test(test_countdown_is_each_threads),
         cmocka_unit_test(test_realloc_in_and_out_of_samples),
         cmocka_unit_test(test_outputs_leave_the_countdown),
         cmocka_unit_test(test_leak_check_refuses_samples),
