@@ -458,6 +458,8 @@ __attribute__((noinline)) static void free_slow(void *p)
     if (!p || from_boot(p))
         return;
     int all = __atomic_load_n(&free_kind, __ATOMIC_RELAXED) & CRAWL__FREE_ALL;
+    if (all && __atomic_load_n(&crawl__hp.mode, __ATOMIC_RELAXED) != 1)
+        crawl__hp_filter_unstick();      /* (a stopped whole-process profile: once) */
     int sample = (all ? crawl__hp.on != 0 : crawl__hp_may_hold(p)) && crawl__hp_forget_sample(p);
     if (__builtin_expect(crawl_gpa_owns_inline(p), 0)) {
         crawl_regs here;

@@ -32,7 +32,7 @@
 CRAWL_API struct crawl__hp_fast crawl__hp;
 CRAWL_API __thread long crawl__hp_countdown __attribute__((tls_model("initial-exec")));
 CRAWL_API int crawl__hook_kind;          /* CRAWL__HOOK_GPA (0) until the options are read */
-CRAWL_API int crawl__free_kind;          /* CRAWL__FREE_* bits, only ever set */
+CRAWL_API int crawl__free_kind;          /* CRAWL__FREE_* bits, set (FREE_ALL also cleared) */
 
 typedef struct shard {
     atomic_int lock;                    /* shard_lock */
@@ -40,6 +40,7 @@ typedef struct shard {
     size_t cap, live;
     size_t live_bytes;
     uint32_t made;                      /* entries made (their stamps) */
+    int stuck;                          /* its filter slots all stuck (filter_saturate) */
 } __attribute__((aligned(64))) shard;  /* a cache line each */
 
 static shard shards[HP_SHARDS];
@@ -156,12 +157,15 @@ static void filter_set(unsigned slot, unsigned char count)
         __atomic_store_n(w, was ^ m, __ATOMIC_RELAXED);
 }
 
-/* Every slot stuck (filter_saturate): the filter is not kept */
+/* Every slot stuck (filter_saturate), until filter_rebuild: the filter
+ * is not kept. Changed under filter_lock; each shard's own flag (stuck)
+ * under the shard's lock, which filter_add holds. */
 static atomic_int saturated;
+static atomic_int filter_lock;
 
 static void filter_add(uintptr_t ptr, int delta)   /* under ptr's shard lock */
 {
-    if (atomic_load_explicit(&saturated, memory_order_relaxed))
+    if (shard_of(ptr)->stuck)
         return;
     unsigned slot = crawl__hp_filter_slot((const void *)ptr);
     unsigned char v = __atomic_load_n(&crawl__hp.counts[slot], __ATOMIC_RELAXED);
@@ -176,9 +180,12 @@ static void filter_add(uintptr_t ptr, int delta)   /* under ptr's shard lock */
  * every free is of a recorded chunk, so the filter would pass nearly all
  * of them, and keeping it cost each record and free a count and a bit
  * (paired, every stack: 4.31x glibc with it, 4.02x without). Every slot
- * is stuck instead, each shard's under its lock, and for good: frees of
- * any pointer look in the table from now on, also the inline hooks
- * compiled against an older crawl, which read only the bits. */
+ * is stuck instead, each shard's under its lock, while every allocation
+ * is recorded: frees of any pointer look in the table, also the inline
+ * hooks compiled against an older crawl, which read only the bits. Once
+ * the profile no longer records every allocation (stopped, or sampled),
+ * the preload's next free that looks up a pointer has the filter counted
+ * again from the table (filter_rebuild). */
 static int whole_process;
 
 int crawl__hp_whole_process(void)
@@ -188,10 +195,20 @@ int crawl__hp_whole_process(void)
                                        __ATOMIC_SEQ_CST);
 }
 
+/* The pointers stuck in the filter for good (crawl__hp_filter_stick: the
+ * preload's bootstrap blocks, at most 64), stuck again after a rebuild.
+ * More than it holds (never, from the preload): no rebuild. */
+#define STICKS 128
+static const void *sticks[STICKS];
+static atomic_uint stick_count;
+
 static void filter_saturate(void)
 {
-    if (atomic_load(&saturated))
+    shard_lock(&filter_lock);
+    if (atomic_load(&saturated)) {
+        shard_unlock(&filter_lock);
         return;
+    }
     san_free_kind_or(CRAWL__FREE_FILTER | CRAWL__FREE_ALIGNED);   /* (before the bits) */
     const unsigned per = 1u << (14 - HP_SHARD_BITS);   /* slots a shard owns */
     for (unsigned i = 0; i < HP_SHARDS; i++) {
@@ -200,10 +217,71 @@ static void filter_saturate(void)
             __atomic_store_n(&crawl__hp.counts[slot], 255, __ATOMIC_RELAXED);
         for (unsigned w = i * per / 64; w < (i + 1) * per / 64; w++)
             __atomic_store_n(&crawl__hp.bits[w], ~(uint64_t)0, __ATOMIC_RELAXED);
+        shards[i].stuck = 1;
         shard_unlock(&shards[i].lock);
     }
     atomic_store(&saturated, 1);
     san_free_kind_or(CRAWL__FREE_ALL);   /* (after the bits) */
+    shard_unlock(&filter_lock);
+}
+
+/* The filter counted again from the tables, shard by shard under each
+ * one's lock (a record or free meanwhile counts in a shard once it is
+ * counted), the stuck pointers stuck again; crawl__hp_filter_unstick then
+ * takes FREE_ALL off crawl__free_kind: a free tests the filter again. A
+ * shard's counts are made apart and then stored, so that a slot's bit
+ * goes from 1 (stuck) to what it is, never through 0 while the slot holds
+ * a pointer (an inline hook reads the bits without the lock). Slots are
+ * computed from the keys, without the addresses (hash_key). */
+static void filter_rebuild(void)
+{
+    enum { PER = 1u << (14 - HP_SHARD_BITS) };   /* slots a shard owns */
+    for (unsigned i = 0; i < HP_SHARDS; i++) {
+        shard *s = &shards[i];
+        unsigned char c[PER] = {0};
+        shard_lock(&s->lock);
+        for (size_t j = 0; j < s->cap; j++)
+            if (s->t[j].ptr) {
+                unsigned slot = (unsigned)(hash_key(s->t[j].ptr) >> 50) % PER;
+                if (c[slot] != 255)
+                    c[slot]++;
+            }
+        /* (each stick counted under its shard's lock, so all of this
+         * shard's are read here) */
+        unsigned nsticks = atomic_load(&stick_count);
+        for (unsigned k = 0; k < nsticks && k < STICKS; k++) {
+            unsigned slot = crawl__hp_filter_slot(sticks[k]);
+            if (SLOT_SHARD(slot) == i)
+                c[slot % PER] = 255;
+        }
+        for (unsigned slot = 0; slot < PER; slot++)
+            filter_set(i * PER + slot, c[slot]);
+        s->stuck = 0;
+        shard_unlock(&s->lock);
+    }
+}
+
+void crawl__hp_filter_unstick(void)
+{
+    if (!atomic_load_explicit(&saturated, memory_order_relaxed) ||
+        __atomic_load_n(&crawl__hp.mode, __ATOMIC_ACQUIRE) == 1 ||
+        atomic_load_explicit(&stick_count, memory_order_relaxed) > STICKS)
+        return;
+    /* (held: a rebuild or a start at it, maybe in the thread this free
+     * interrupts; this free looks its pointer up, as FREE_ALL says) */
+    if (atomic_exchange_explicit(&filter_lock, 1, memory_order_acquire))
+        return;
+    /* (a start that records every allocation saturates under the lock,
+     * or finds it saturated, before it sets the mode: one that set it
+     * during the rebuild records with the filter counted, as a profile
+     * the program starts itself does, which is slower, not wrong) */
+    if (atomic_load(&saturated) && __atomic_load_n(&crawl__hp.mode, __ATOMIC_ACQUIRE) != 1 &&
+        atomic_load(&stick_count) <= STICKS) {
+        filter_rebuild();
+        atomic_store(&saturated, 0);
+        san_free_kind_clear(CRAWL__FREE_ALL);   /* (after the bits) */
+    }
+    shard_unlock(&filter_lock);
 }
 
 void crawl__hp_filter_stick(const void *p)
@@ -213,6 +291,9 @@ void crawl__hp_filter_stick(const void *p)
     shard_lock(&s->lock);
     note_free_kind((uintptr_t)p);
     filter_set(slot, 255);
+    unsigned k = atomic_fetch_add(&stick_count, 1);
+    if (k < STICKS)
+        sticks[k] = p;
     shard_unlock(&s->lock);
 }
 
@@ -657,6 +738,16 @@ void san_free_kind_or(int bits)
     }
 }
 
+void san_free_kind_clear(int bits)
+{
+    __atomic_fetch_and(&crawl__free_kind, ~bits, __ATOMIC_SEQ_CST);
+    for (int i = 0; i < KIND_COPIES; i++) {
+        int *w = __atomic_load_n(&copies[i].free, __ATOMIC_SEQ_CST);
+        if (w)
+            __atomic_fetch_and(w, ~bits, __ATOMIC_RELAXED);
+    }
+}
+
 static void hook_kind_store(int k)
 {
     __atomic_store_n(&crawl__hook_kind, k, __ATOMIC_RELAXED);
@@ -669,8 +760,9 @@ static void hook_kind_store(int k)
 
 /* A change made while a pair is published is stored in it too, or read
  * here after (Dekker's pattern, as san_hook_kind_update's): the bits are
- * only ever set, and the kind is settled again. Lock-free: the preload
- * calls it from its first malloc. */
+ * set (FREE_ALL, taken off meanwhile, may stay in the new copy: its frees
+ * then look every pointer up, slower, not wrong), and the kind is settled
+ * again. Lock-free: the preload calls it from its first malloc. */
 int crawl__hp_mirror_kinds(int *hook_kind, int *free_kind)
 {
     if (!hook_kind || !free_kind)

@@ -28,6 +28,9 @@ void san_hook_kind_update(void);
 /* Set bits of crawl__free_kind (and of the preload's copy of it).
  * Lock-free, async-signal-safe. */
 void san_free_kind_or(int bits);
+/* bits taken off crawl__free_kind and the preload's copies (FREE_ALL, once
+ * the filter is counted again: filter_rebuild) */
+void san_free_kind_clear(int bits);
 
 /* depot.c */
 void san_depot_set_budget(size_t bytes);

@@ -89,10 +89,12 @@ CRAWL_API extern int crawl__hook_kind;
  * no filter. 0: none, glibc's free at once. Bits are only ever set, each
  * before what needs it is published (the pool's bounds, the filter's
  * bit), so a free of a pointer handed over from the thread that got it
- * sees them. Not API. */
+ * sees them; FREE_ALL alone is taken off again. Not API. */
 /* FREE_ALL: the filter is stuck whole (the preload recording every
  * allocation): every pointer may be recorded, free looks each up without
- * the filter's test. */
+ * the filter's test. Taken off once the filter is counted again
+ * (crawl__hp_filter_unstick, after the profile stops recording every
+ * allocation). */
 enum { CRAWL__FREE_POOL = 1, CRAWL__FREE_FILTER = 2, CRAWL__FREE_ALIGNED = 4, CRAWL__FREE_ALL = 8 };
 #define CRAWL__HP_ALIGN 4096
 static inline int crawl__hp_addr_tellable(uintptr_t p) { return (p & 0xfef) == 0; }
@@ -133,14 +135,24 @@ typedef struct crawl__hp_saved {
 } crawl__hp_saved;
 CRAWL_API void crawl__hp_take(const void *p, crawl__hp_saved *out);
 CRAWL_API void crawl__hp_put_back(const crawl__hp_saved *saved);
-/* Put p in the free filter for good (a count stuck at 255). */
+/* Put p in the free filter for good (a count stuck at 255, also after
+ * the filter is counted again: crawl__hp_filter_unstick). */
 CRAWL_API void crawl__hp_filter_stick(const void *p);
-/* libcrawl-preload.so records the whole process: from the first start
- * that records every allocation, frees look every pointer up (the filter
- * is stuck whole). 1 at the process's first call, 0 after (a second
- * copy of the preload, dlopened: the options were read already). Not
- * API. */
+/* libcrawl-preload.so records the whole process: while a start that
+ * records every allocation runs, frees look every pointer up (the filter
+ * is stuck whole, and crawl__free_kind has FREE_ALL). 1 at the process's
+ * first call, 0 after (a second copy of the preload, dlopened: the
+ * options were read already). Not API. */
 CRAWL_API int crawl__hp_whole_process(void);
+/* The preload's free, with FREE_ALL: once the profile no longer records
+ * every allocation (stopped, or sampled), the filter stuck whole is
+ * counted again from the live table, and FREE_ALL taken off: later frees
+ * test the filter again. Once; at once when there is nothing to do, or
+ * when another thread (or the code this signal handler interrupted) is
+ * counting it or starting the profile. Takes every shard's lock in turn,
+ * as a free's lookup takes one (not async-signal-safe, as free is not);
+ * allocates nothing. Not API. */
+CRAWL_API void crawl__hp_filter_unstick(void);
 /* libcrawl-preload.so's own copies of crawl__hook_kind and
  * crawl__free_kind, which its malloc and free read with no GOT load:
  * crawl stores each change in them too, the copies' first from its current
