@@ -199,7 +199,7 @@ int crawl__hp_whole_process(void)
  * preload's bootstrap blocks, at most 64), stuck again after a rebuild.
  * More than it holds (never, from the preload): no rebuild. */
 #define STICKS 128
-static const void *sticks[STICKS];
+static const void *_Atomic sticks[STICKS];
 static atomic_uint stick_count;
 
 static void filter_saturate(void)
@@ -250,8 +250,10 @@ static void filter_rebuild(void)
          * shard's are read here) */
         unsigned nsticks = atomic_load(&stick_count);
         for (unsigned k = 0; k < nsticks && k < STICKS; k++) {
-            unsigned slot = crawl__hp_filter_slot(sticks[k]);
-            if (SLOT_SHARD(slot) == i)
+            /* (NULL: another shard's stick, counted and not yet stored) */
+            const void *p = atomic_load_explicit(&sticks[k], memory_order_acquire);
+            unsigned slot = crawl__hp_filter_slot(p);
+            if (p && SLOT_SHARD(slot) == i)
                 c[slot % PER] = 255;
         }
         for (unsigned slot = 0; slot < PER; slot++)
@@ -293,7 +295,7 @@ void crawl__hp_filter_stick(const void *p)
     filter_set(slot, 255);
     unsigned k = atomic_fetch_add(&stick_count, 1);
     if (k < STICKS)
-        sticks[k] = p;
+        atomic_store_explicit(&sticks[k], p, memory_order_release);
     shard_unlock(&s->lock);
 }
 
@@ -981,16 +983,25 @@ void crawl_heap_profile_totals(crawl_heap_totals *out)
 /* fork(): the shards are leaves (nothing is taken inside them). */
 void san_hp_fork(int lock)
 {
-    if (lock)
+    if (lock) {
         hp_mmap_fork(1);
+        /* (before the shards, as filter_rebuild takes them: a child of a
+         * fork made as a rebuild ends, after its last shard and before its
+         * unlock, would find it held for good, and its next start that
+         * records every allocation would wait for ever. The shards' locks
+         * taken below leave only that window, too narrow for a test.) */
+        shard_lock(&filter_lock);
+    }
     for (int i = 0; i < HP_SHARDS; i++) {
         if (lock)
             shard_lock(&shards[i].lock);
         else
             shard_unlock(&shards[i].lock);
     }
-    if (!lock)
+    if (!lock) {
+        shard_unlock(&filter_lock);
         hp_mmap_fork(0);
+    }
 }
 
 /* (the checks that froze the tables ran in the parent's other threads) */
