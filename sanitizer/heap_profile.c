@@ -80,6 +80,10 @@ static inline uint64_t hash_key(uintptr_t k)
     return (uint64_t)(high ^ (UINTPTR_MAX >> 4)) * 0x9e3779b97f4a7c15ULL;
 }
 
+/* crawl__hp_filter_slot of the chunk whose key is k, made without its
+ * address (the same product, its top 14 bits) */
+static inline unsigned filter_slot_of_key(uintptr_t k) { return (unsigned)(hash_key(k) >> 50); }
+
 /* A hash's slot in a table of cap entries (a power of 2): middle bits of
  * the product, which every bit of the pointer reaches (its low bits would
  * follow the pointer's own: page-aligned chunks would share one slot), and
@@ -123,6 +127,7 @@ static inline void shard_unlock(atomic_int *l)
  * pointer's bit after the store its allocation made, in program order (or
  * after the program's own hand-over between threads). */
 #define SLOT_SHARD(slot) ((slot) >> (14 - HP_SHARD_BITS))
+#define SHARD_SLOTS (1u << (14 - HP_SHARD_BITS))   /* the slots a shard owns */
 /* a bits word (64 slots) must lie inside one shard */
 _Static_assert(HP_SHARD_BITS <= 14 - 6, "a filter word would span shards");
 
@@ -210,7 +215,7 @@ static void filter_saturate(void)
         return;
     }
     san_free_kind_or(CRAWL__FREE_FILTER | CRAWL__FREE_ALIGNED);   /* (before the bits) */
-    const unsigned per = 1u << (14 - HP_SHARD_BITS);   /* slots a shard owns */
+    const unsigned per = SHARD_SLOTS;
     for (unsigned i = 0; i < HP_SHARDS; i++) {
         shard_lock(&shards[i].lock);
         for (unsigned slot = i * per; slot < (i + 1) * per; slot++)
@@ -232,17 +237,17 @@ static void filter_saturate(void)
  * shard's counts are made apart and then stored, so that a slot's bit
  * goes from 1 (stuck) to what it is, never through 0 while the slot holds
  * a pointer (an inline hook reads the bits without the lock). Slots are
- * computed from the keys, without the addresses (hash_key). */
+ * computed from the keys, without the addresses (filter_slot_of_key). */
 static void filter_rebuild(void)
 {
-    enum { PER = 1u << (14 - HP_SHARD_BITS) };   /* slots a shard owns */
+    enum { PER = SHARD_SLOTS };
     for (unsigned i = 0; i < HP_SHARDS; i++) {
         shard *s = &shards[i];
         unsigned char c[PER] = {0};
         shard_lock(&s->lock);
         for (size_t j = 0; j < s->cap; j++)
             if (s->t[j].ptr) {
-                unsigned slot = (unsigned)(hash_key(s->t[j].ptr) >> 50) % PER;
+                unsigned slot = filter_slot_of_key(s->t[j].ptr) % PER;
                 if (c[slot] != 255)
                     c[slot]++;
             }
@@ -263,11 +268,18 @@ static void filter_rebuild(void)
     }
 }
 
+/* The filter is stuck whole, no longer needs to be (the profile does not
+ * record every allocation), and can be counted again (its stuck pointers
+ * all kept) */
+static int unstick_due(void)
+{
+    return atomic_load(&saturated) && __atomic_load_n(&crawl__hp.mode, __ATOMIC_ACQUIRE) != 1 &&
+           atomic_load(&stick_count) <= STICKS;
+}
+
 void crawl__hp_filter_unstick(void)
 {
-    if (!atomic_load_explicit(&saturated, memory_order_relaxed) ||
-        __atomic_load_n(&crawl__hp.mode, __ATOMIC_ACQUIRE) == 1 ||
-        atomic_load_explicit(&stick_count, memory_order_relaxed) > STICKS)
+    if (!unstick_due())
         return;
     /* (held: a rebuild or a start at it, maybe in the thread this free
      * interrupts; this free looks its pointer up, as FREE_ALL says) */
@@ -277,8 +289,7 @@ void crawl__hp_filter_unstick(void)
      * or finds it saturated, before it sets the mode: one that set it
      * during the rebuild records with the filter counted, as a profile
      * the program starts itself does, which is slower, not wrong) */
-    if (atomic_load(&saturated) && __atomic_load_n(&crawl__hp.mode, __ATOMIC_ACQUIRE) != 1 &&
-        atomic_load(&stick_count) <= STICKS) {
+    if (unstick_due()) {
         filter_rebuild();
         atomic_store(&saturated, 0);
         san_free_kind_clear(CRAWL__FREE_ALL);   /* (after the bits) */
@@ -730,25 +741,27 @@ static struct {
     int *hook, *free;
 } copies[KIND_COPIES];
 
-void san_free_kind_or(int bits)
+/* bits set (set) or taken off in crawl__free_kind, then in each copy */
+static void free_kind_change(int bits, int set)
 {
-    __atomic_fetch_or(&crawl__free_kind, bits, __ATOMIC_SEQ_CST);
+    if (set)
+        __atomic_fetch_or(&crawl__free_kind, bits, __ATOMIC_SEQ_CST);
+    else
+        __atomic_fetch_and(&crawl__free_kind, ~bits, __ATOMIC_SEQ_CST);
     for (int i = 0; i < KIND_COPIES; i++) {
         int *w = __atomic_load_n(&copies[i].free, __ATOMIC_SEQ_CST);
-        if (w)
+        if (!w)
+            continue;
+        if (set)
             __atomic_fetch_or(w, bits, __ATOMIC_RELAXED);
-    }
-}
-
-void san_free_kind_clear(int bits)
-{
-    __atomic_fetch_and(&crawl__free_kind, ~bits, __ATOMIC_SEQ_CST);
-    for (int i = 0; i < KIND_COPIES; i++) {
-        int *w = __atomic_load_n(&copies[i].free, __ATOMIC_SEQ_CST);
-        if (w)
+        else
             __atomic_fetch_and(w, ~bits, __ATOMIC_RELAXED);
     }
 }
+
+void san_free_kind_or(int bits) { free_kind_change(bits, 1); }
+
+void san_free_kind_clear(int bits) { free_kind_change(bits, 0); }
 
 static void hook_kind_store(int k)
 {

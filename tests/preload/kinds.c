@@ -59,6 +59,14 @@ static void warm_up(void)
     }
 }
 
+static int filter_bits_set(void)
+{
+    int n = 0;
+    for (size_t i = 0; i < sizeof crawl__hp.bits / sizeof *crawl__hp.bits; i++)
+        n += __builtin_popcountll(crawl__hp.bits[i]);
+    return n;
+}
+
 static void test_nothing_to_do(void **state)
 {
     (void)state;
@@ -67,18 +75,8 @@ static void test_nothing_to_do(void **state)
     /* nothing recorded, no pool: free goes straight to glibc's (unless
      * the preload stuck bootstrap blocks in the filter: a glibc whose
      * dlsym allocates) */
-    int stuck = 0;
-    for (size_t i = 0; i < sizeof crawl__hp.bits / sizeof *crawl__hp.bits; i++)
-        stuck |= crawl__hp.bits[i] != 0;
+    int stuck = filter_bits_set() != 0;
     assert_int_equal(crawl__free_kind, stuck ? CRAWL__FREE_ALIGNED : 0);   /* (blocks are aligned) */
-}
-
-static int filter_bits_set(void)
-{
-    int n = 0;
-    for (size_t i = 0; i < sizeof crawl__hp.bits / sizeof *crawl__hp.bits; i++)
-        n += __builtin_popcountll(crawl__hp.bits[i]);
-    return n;
 }
 
 /* Recording the whole process, the filter is stuck whole and free looks
