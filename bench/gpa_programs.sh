@@ -25,6 +25,7 @@ time_it() {   # label, command...
     t0=$(now)
     "$@" >/dev/null 2>"$tmp/err" || { echo "bench: $label failed" >&2; cat "$tmp/err" >&2; exit 1; }
     t1=$(now)
+    refused "$label" "$tmp/err"
     awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.4f\n", b - a }' >>"$tmp/$label"
 }
 rounds=7

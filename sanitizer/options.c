@@ -77,11 +77,14 @@ static void print_help(void)
     crawl__write_all(STDERR_FILENO, buf, n);
 }
 
-static void warn(const char *what, const char *item, size_t len)
+/* One line: what is wrong with item, then what the option takes when that
+ * is known (takes: "" for none). */
+static void warn(const char *what, const char *item, size_t len, const char *takes)
 {
-    char line[300];
-    int n = snprintf(line, sizeof line, "crawl: %s '%.*s' in sanitizer options; none applied\n",
-                     what, (int)(len > 200 ? 200 : len), item);
+    char line[400];
+    int n = snprintf(line, sizeof line, "crawl: %s '%.*s' in sanitizer options%s%s%s; none applied\n",
+                     what, (int)(len > 200 ? 200 : len), item, *takes ? " (takes " : "", takes,
+                     *takes ? ")" : "");
     ssize_t w = write(STDERR_FILENO, line, (size_t)n);
     (void)w;
 }
@@ -150,6 +153,21 @@ static int parse_FILE(const char *v, size_t len, long lo, long hi, char (*out)[5
     return 1;
 }
 
+/* What an option of this kind (options.def) takes, for the warning line. */
+static void values_taken(const char *kind, long lo, long hi, char *out, size_t size)
+{
+    if (strcmp(kind, "FLAG") == 0)
+        snprintf(out, size, "0 or 1");
+    else if (strcmp(kind, "UINT") == 0)
+        snprintf(out, size, "%ld .. %ld", lo, hi);
+    else if (strcmp(kind, "POW2") == 0)
+        snprintf(out, size, "a power of 2, %ld .. %ld", lo, hi);
+    else if (strcmp(kind, "MB") == 0)
+        snprintf(out, size, "%ld .. %ld, in MiB", lo, hi);
+    else                                 /* PATH, FILE */
+        snprintf(out, size, "a path shorter than 512 bytes");
+}
+
 /* Parse into *o; 0, or -EINVAL after one warning line. */
 static int parse(const char *s, san_options *o, int *want_help)
 {
@@ -161,17 +179,19 @@ static int parse(const char *s, san_options *o, int *want_help)
             continue;                    /* "a=1::b=2" and a trailing ':' are fine */
         const char *eq = memchr(item, '=', len);
         if (!eq || eq == item) {
-            warn("malformed item (expected key=value)", item, len);
+            warn("malformed item (expected key=value)", item, len, "");
             return -EINVAL;
         }
         size_t klen = (size_t)(eq - item), vlen = len - klen - 1;
         const char *v = eq + 1;
         int found = 0, ok = 0;
+        char takes[80] = "";
 #define KEY(name) (klen == sizeof name - 1 && memcmp(item, name, klen) == 0)
 #define SAN_OPTION(key, kind, field, def, lo, hi, help)                                        \
     if (!found && KEY(#key)) {                                                                 \
         found = 1;                                                                             \
         ok = parse_##kind(v, vlen, lo, hi, &o->field);                                         \
+        values_taken(#kind, lo, hi, takes, sizeof takes);                                      \
     }
 #include "sanitizer/options.def"
 #undef SAN_OPTION
@@ -179,15 +199,16 @@ static int parse(const char *s, san_options *o, int *want_help)
             long x;
             found = 1;
             ok = number(v, vlen, 0, 1, &x) == 0;
+            values_taken("FLAG", 0, 1, takes, sizeof takes);
             if (ok)
                 *want_help = (int)x;
         }
         if (!found) {
-            warn("unknown option", item, klen);
+            warn("unknown option", item, klen, "");
             return -EINVAL;
         }
         if (!ok) {
-            warn("bad value in", item, len);
+            warn("bad value in", item, len, takes);
             return -EINVAL;
         }
 #undef KEY
@@ -198,7 +219,10 @@ static int parse(const char *s, san_options *o, int *want_help)
     if (bad_signal) {
         char item[40];
         int n = snprintf(item, sizeof item, "heap_profile_signal=%u", o->heap_profile_signal);
-        warn("bad value in", item, (size_t)n);
+        char takes[120];
+        snprintf(takes, sizeof takes, "1 .. 64 but 4-9, 11, 19, 27, 31, 32, 33 and crawl's walk signal, %d",
+                 sw_walk_signal_now());
+        warn("bad value in", item, (size_t)n, takes);
         return -EINVAL;
     }
     return 0;

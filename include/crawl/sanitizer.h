@@ -157,7 +157,8 @@ CRAWL_API size_t crawl_heap_size(const void *p);
  * (crawl/boehm.h), gpa_* (crawl/guarded.h), heap_* and leak_*
  * (crawl/heap_profile.h).
  * A malformed string or an unknown key or value prints one warning line
- * naming it, changes nothing, and returns a negative errno value. Numbers
+ * naming it (for a bad value, also what the option takes: "(takes 0 ..
+ * 1000000000)"), changes nothing, and returns a negative errno value. Numbers
  * are plain decimal digits. Thread-safe: the options change as a whole
  * (heap calls on other threads see the old or the new set, never a mix);
  * each successful call keeps about 0.6 KiB for the life of the process.

@@ -60,6 +60,10 @@ static void test_sources_in_order(void **state)
     assert_non_null(strstr(current(), "redzone=128:fast_unwind_on_malloc=1"));
 }
 
+/* what heap_profile_signal's warning says it takes (the walk signal
+ * SIGRTMIN+3, 37 in glibc) */
+#define SIGNALS "1 .. 64 but 4-9, 11, 19, 27, 31, 32, 33 and crawl's walk signal, 37"
+
 static void test_bad_strings(void **state)
 {
     (void)state;
@@ -67,25 +71,27 @@ static void test_bad_strings(void **state)
         const char *s, *warning;
     } cases[] = {
         {"bogus=1", "crawl: unknown option 'bogus' in sanitizer options; none applied\n"},
-        {"redzone=17", "crawl: bad value in 'redzone=17' in sanitizer options; none applied\n"},
-        {"redzone=4096", "crawl: bad value in 'redzone=4096' in sanitizer options; none applied\n"},
-        {"halt_on_error=yes", "crawl: bad value in 'halt_on_error=yes' in sanitizer options; none applied\n"},
+        {"redzone=17", "crawl: bad value in 'redzone=17' in sanitizer options (takes a power of 2, 16 .. 2048); none applied\n"},
+        {"redzone=4096", "crawl: bad value in 'redzone=4096' in sanitizer options (takes a power of 2, 16 .. 2048); none applied\n"},
+        {"halt_on_error=yes", "crawl: bad value in 'halt_on_error=yes' in sanitizer options (takes 0 or 1); none applied\n"},
         {"halt_on_error", "crawl: malformed item (expected key=value) 'halt_on_error' in sanitizer options; none applied\n"},
         {"=3", "crawl: malformed item (expected key=value) '=3' in sanitizer options; none applied\n"},
-        {"malloc_context_size=0", "crawl: bad value in 'malloc_context_size=0' in sanitizer options; none applied\n"},
-        {"depot_budget_mb=12x", "crawl: bad value in 'depot_budget_mb=12x' in sanitizer options; none applied\n"},
-        {"redzone= +32", "crawl: bad value in 'redzone= +32' in sanitizer options; none applied\n"},
-        {"halt_on_error=-0", "crawl: bad value in 'halt_on_error=-0' in sanitizer options; none applied\n"},
+        {"malloc_context_size=0", "crawl: bad value in 'malloc_context_size=0' in sanitizer options (takes 1 .. 256); none applied\n"},
+        {"depot_budget_mb=12x", "crawl: bad value in 'depot_budget_mb=12x' in sanitizer options (takes 1 .. 65536, in MiB); none applied\n"},
+        {"redzone= +32", "crawl: bad value in 'redzone= +32' in sanitizer options (takes a power of 2, 16 .. 2048); none applied\n"},
+        {"halt_on_error=-0", "crawl: bad value in 'halt_on_error=-0' in sanitizer options (takes 0 or 1); none applied\n"},
         /* signals no handler can catch (accepted, then refused at start, before) */
-        {"heap_profile_signal=9", "crawl: bad value in 'heap_profile_signal=9' in sanitizer options; none applied\n"},
+        {"heap_profile_signal=9", "crawl: bad value in 'heap_profile_signal=9' in sanitizer options (takes " SIGNALS "); none applied\n"},
         /* a fault's signal: a crash wrote the profile and faulted again, for ever */
-        {"heap_profile_signal=11", "crawl: bad value in 'heap_profile_signal=11' in sanitizer options; none applied\n"},
-        {"heap_profile_signal=8", "crawl: bad value in 'heap_profile_signal=8' in sanitizer options; none applied\n"},
-        {"heap_profile_signal=32", "crawl: bad value in 'heap_profile_signal=32' in sanitizer options; none applied\n"},
-        {"heap_profile_signal=33", "crawl: bad value in 'heap_profile_signal=33' in sanitizer options; none applied\n"},
+        {"heap_profile_signal=11", "crawl: bad value in 'heap_profile_signal=11' in sanitizer options (takes " SIGNALS "); none applied\n"},
+        {"heap_profile_signal=8", "crawl: bad value in 'heap_profile_signal=8' in sanitizer options (takes " SIGNALS "); none applied\n"},
+        {"heap_profile_signal=32", "crawl: bad value in 'heap_profile_signal=32' in sanitizer options (takes " SIGNALS "); none applied\n"},
+        {"heap_profile_signal=33", "crawl: bad value in 'heap_profile_signal=33' in sanitizer options (takes " SIGNALS "); none applied\n"},
         /* crawl's own walk signal, SIGRTMIN+3 (37 in glibc) by default */
-        {"heap_profile_signal=37", "crawl: bad value in 'heap_profile_signal=37' in sanitizer options; none applied\n"},
-        {"heap_profile=1:heap_profile_signal=19", "crawl: bad value in 'heap_profile_signal=19' in sanitizer options; none applied\n"},
+        {"heap_profile_signal=37", "crawl: bad value in 'heap_profile_signal=37' in sanitizer options (takes " SIGNALS "); none applied\n"},
+        {"heap_profile=1:heap_profile_signal=19", "crawl: bad value in 'heap_profile_signal=19' in sanitizer options (takes " SIGNALS "); none applied\n"},
+        /* a round 1 GiB is past the range: the line says the range */
+        {"heap_sample_bytes=1073741824", "crawl: bad value in 'heap_sample_bytes=1073741824' in sanitizer options (takes 0 .. 1000000000); none applied\n"},
         /* a good item before a bad one is not applied either */
         {"redzone=32:nope=1", "crawl: unknown option 'nope' in sanitizer options; none applied\n"},
     };
@@ -96,6 +102,18 @@ static void test_bad_strings(void **state)
         assert_string_equal(err, cases[i].warning);
         assert_string_equal(current(), before);                 /* nothing changed */
     }
+    /* a path as long as the field: the item shown is cut at 200 bytes */
+    char item[600];
+    memcpy(item, "log_path=", 9);
+    memset(item + 9, 'a', sizeof item - 10);
+    item[sizeof item - 1] = '\0';
+    assert_int_equal(set_quietly(item, err, sizeof err), -EINVAL);
+    char want[512];
+    snprintf(want, sizeof want,
+             "crawl: bad value in '%.200s' in sanitizer options (takes a path shorter than 512 bytes); "
+             "none applied\n",
+             item);
+    assert_string_equal(err, want);
     assert_int_equal(crawl_sanitizer_set_options(NULL), -EINVAL);
 }
 
