@@ -179,10 +179,13 @@ static void test_countdown_counts_bytes(void **state)
 }
 
 /* malloc(0)s from the fast path: each takes 1 from this thread's
- * crawl__hp_countdown (n + 1), as long as that stays above 0; another
- * thread's word is not touched. The preload reaches the word by its
- * offset from the thread pointer, taken once: that offset is every
- * thread's. 0, or a failed check's line. */
+ * countdown (n + 1), as long as that stays above 0; another thread's word
+ * is not touched. The word is the preload's own while the process has one
+ * thread (CRAWL__HOOK_SAMPLED_ONE), then each thread's
+ * crawl__hp_countdown, which the preload reaches by its offset from the
+ * thread pointer, taken once: that offset is every thread's. 0, or a
+ * failed check's line. */
+long *crawl__preload_countdown(void);
 static long *main_countdown;
 
 static void *opaque_malloc(size_t n)
@@ -197,9 +200,9 @@ static int countdown_steps(void)
     long other = main_countdown ? *main_countdown : 0;
     int steps = 0;
     for (int i = 0; i < 4096 && steps < 64; i++) {
-        long before = crawl__hp_countdown;
+        long before = *crawl__preload_countdown();
         void *p = opaque_malloc(0);
-        long after = crawl__hp_countdown;
+        long after = *crawl__preload_countdown();
         free(p);
         if (before > 1) {                /* (else a sample: the slow path draws again) */
             if (after != before - 1)
@@ -223,6 +226,7 @@ static void *countdown_thread(void *arg)
 static void test_countdown_is_each_threads(void **state)
 {
     (void)state;
+    assert_int_equal(crawl__hook_kind, CRAWL__HOOK_SAMPLED_ONE);   /* (one thread so far) */
     assert_int_equal(countdown_steps(), 0);
     main_countdown = &crawl__hp_countdown;
     pthread_t t;
@@ -231,6 +235,8 @@ static void test_countdown_is_each_threads(void **state)
     assert_int_equal(pthread_join(t, &line), 0);
     main_countdown = NULL;
     assert_int_equal((intptr_t)line, 0);
+    assert_int_equal(crawl__hook_kind, CRAWL__HOOK_SAMPLED);
+    assert_int_equal(countdown_steps(), 0);       /* (the main thread's own word now) */
 }
 
 /* A block resized by realloc after realloc, in and out of samples: its
@@ -288,11 +294,11 @@ static void test_outputs_leave_the_countdown(void **state)
     assert_non_null(out);
     int fd = fileno(out);
     for (int i = 0; i < 3; i++) {
-        long before = crawl__hp_countdown;
+        long before = *crawl__preload_countdown();
         crawl_heap_totals t;
         crawl_heap_profile_totals(&t);
         assert_int_equal(crawl_heap_profile_write_fd(fd, CRAWL_HEAP_JSON), 0);
-        assert_int_equal(crawl__hp_countdown, before);
+        assert_int_equal(*crawl__preload_countdown(), before);
         void *volatile p = malloc(1);    /* one byte: a sample one time in 128 */
         free(p);
     }
