@@ -23,7 +23,6 @@
 #include <stdarg.h>
 #include <sys/auxv.h>
 #include <sys/mman.h>
-#include <sys/single_threaded.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -49,7 +48,6 @@ static void *(*real_mmap)(void *, size_t, int, int, int, off_t);
 static int (*real_munmap)(void *, size_t);
 static void *(*real_mremap)(void *, size_t, size_t, int, ...);
 static int (*real_getattr)(pthread_t, pthread_attr_t *);
-static int (*real_pthread_create)(pthread_t *, const pthread_attr_t *, void *(*)(void *), void *);
 static int ready;                        /* 1: the real functions are known */
 /* crawl__hook_kind and crawl__free_kind, as crawl keeps them here too
  * (crawl__hp_mirror_kinds, from the first resolve): the fast paths read
@@ -57,12 +55,6 @@ static int ready;                        /* 1: the real functions are known */
  * instructions of about 250 a malloc/free pair). Both 0 until then, as
  * crawl's own start. */
 static int hook_kind, free_kind;
-/* The bytes to the next sample while the process has one thread
- * (CRAWL__HOOK_SAMPLED_ONE): a word of the preload's own, which malloc
- * reaches in one instruction, where the thread's crawl__hp_countdown is a
- * GOT load and a TLS access (-0.33% of a sampled malloc/free pair in
- * time: 400 paired rounds of bench_heap_work, README). */
-static long one_countdown;
 static int secure;                       /* set-uid/set-gid: never sample */
 
 /* ---- the bootstrap arena (dlsym's own allocations) ----------------------------------- */
@@ -101,7 +93,7 @@ static void resolve(void)
     /* (at the first call, before any kind can change: a constructor run
      * before ours may allocate, and a pool chunk made then must not reach
      * glibc's free) */
-    if (crawl__hp_mirror_kinds(&hook_kind, &free_kind, &one_countdown) != 0) {
+    if (crawl__hp_mirror_kinds(&hook_kind, &free_kind) != 0) {
         /* (copies crawl does not keep, a ninth copy of the preload: every
          * call takes the slow paths, which read crawl's own state) */
         hook_kind = CRAWL__HOOK_SLOW;
@@ -120,8 +112,6 @@ static void resolve(void)
      * whose error string it frees, as a sampled allocation's first walk
      * attaches its thread) */
     real_getattr = (int (*)(pthread_t, pthread_attr_t *))dlsym(RTLD_NEXT, "pthread_getattr_np");
-    real_pthread_create = (int (*)(pthread_t *, const pthread_attr_t *, void *(*)(void *), void *))dlsym(
-        RTLD_NEXT, "pthread_create");
     secure = getauxval(AT_SECURE) != 0;
     if (m && f && real_calloc && real_realloc && real_memalign && real_usable) {
         real_malloc = m, real_free = f;
@@ -162,29 +152,6 @@ EXPORT int pthread_getattr_np(pthread_t t, pthread_attr_t *attr)
     return rc;
 }
 
-/* A second thread ends SAMPLED_ONE first (crawl__hp_threads_many): the
- * new thread must not count in the word the first one does. A thread glibc
- * makes itself (timer_create's SIGEV_THREAD, mq_notify) comes without this
- * wrapper: the next slow path sees glibc's __libc_single_threaded cleared. */
-EXPORT int pthread_create(pthread_t *t, const pthread_attr_t *attr, void *(*fn)(void *), void *arg)
-{
-    if (!real_pthread_create)
-        resolve();
-    if (!real_pthread_create)
-        return EAGAIN;
-    crawl__hp_threads_many();
-    return real_pthread_create(t, attr, fn, arg);
-}
-
-/* The word this thread's sampled allocations count down in now: the
- * preload's own under CRAWL__HOOK_SAMPLED_ONE, else the thread's
- * crawl__hp_countdown. For tests. Not API. */
-EXPORT long *crawl__preload_countdown(void)
-{
-    return __atomic_load_n(&hook_kind, __ATOMIC_RELAXED) == CRAWL__HOOK_SAMPLED_ONE ? &one_countdown
-                                                                                  : &crawl__hp_countdown;
-}
-
 /* CRAWL_OPTIONS' heap_profile=1 / leak_check=1: record from the start. */
 __attribute__((constructor)) static void preload_init(void)
 {
@@ -218,53 +185,40 @@ static void *sampled(size_t size, size_t alignment)
  * at the entry point. forget: one going away, taken out before the memory
  * is handed back, so another thread cannot get the same address and
  * record it first. */
-/* The heap profile's byte countdown in word taken down for an allocation
- * of n bytes (it counts n + 1), 1, while that leaves it above 0; else 0,
- * the countdown left as it was for the slow path (crawl__hp_decide) to
- * end. word: the thread's crawl__hp_countdown, or one_countdown. */
+/* The heap profile's byte countdown taken down for an allocation of n
+ * bytes (it counts n + 1), 1, while that leaves it above 0; else 0, the
+ * countdown left as it was for the slow path (crawl__hp_decide) to end. */
+static inline __attribute__((always_inline)) int countdown_passes(size_t n)
+{
 #if defined(__x86_64__) && defined(__GCC_ASM_FLAG_OUTPUTS__)
-/* n + 1 taken from the word in one instruction (stc; sbb), which leaves
- * the flags of its result: 3 instructions fewer a malloc than a load, an
- * add, a test and a store (callgrind), and put back on the slow branch.
- * Between the two the word is at or below 0: a signal handler's malloc
- * there takes the sample the interrupted allocation would have (the old
- * load and store lost the handler's count instead). n is signed here, as
- * in the C below: an n of 2^63 or more (an allocation that fails) takes
- * 2^64 - n - 1 bytes off the count to the next sample, nothing for
- * SIZE_MAX. */
-#define COUNTDOWN_PASSES(name, word)                                                           \
-    static inline __attribute__((always_inline)) int name(size_t n)                            \
-    {                                                                                          \
-        int passes;                                                                            \
-        __asm__("stc\n\tsbbq %2, %0" : "+m"(word), "=@ccg"(passes) : "r"(n));                  \
-        if (__builtin_expect(passes, 1))                                                       \
-            return 1;                                                                          \
-        word = (long)((unsigned long)word + n + 1);                                            \
-        return 0;                                                                              \
-    }
+    /* n + 1 taken from the thread's word in one instruction (stc; sbb),
+     * which leaves the flags of its result: 3 instructions fewer a malloc
+     * than a load, an add, a test and a store (callgrind), and put back
+     * on the slow branch. Between the two the word is at or below 0: a
+     * signal handler's malloc there takes the sample the interrupted
+     * allocation would have (the old load and store lost the handler's
+     * count instead). n is signed here, as in the C below: an n of 2^63
+     * or more (an allocation that fails) takes 2^64 - n - 1 bytes off
+     * the count to the next sample, nothing for SIZE_MAX. */
+    int passes;
+    __asm__("stc\n\tsbbq %2, %0" : "+m"(crawl__hp_countdown), "=@ccg"(passes) : "r"(n));
+    if (__builtin_expect(passes, 1))
+        return 1;
+    crawl__hp_countdown = (long)((unsigned long)crawl__hp_countdown + n + 1);
+    return 0;
 #else
-#define COUNTDOWN_PASSES(name, word)                                                           \
-    static inline __attribute__((always_inline)) int name(size_t n)                            \
-    {                                                                                          \
-        long left = crawl__hp_countdown_less(word, n);                                         \
-        if (__builtin_expect(left <= 0, 0))                                                    \
-            return 0;                                                                          \
-        word = left;                                                                           \
-        return 1;                                                                              \
-    }
+    long left = crawl__hp_countdown_less(crawl__hp_countdown, n);
+    if (__builtin_expect(left <= 0, 0))
+        return 0;
+    crawl__hp_countdown = left;
+    return 1;
 #endif
-COUNTDOWN_PASSES(countdown_passes, crawl__hp_countdown)
-COUNTDOWN_PASSES(one_countdown_passes, one_countdown)
+}
 
 static inline __attribute__((always_inline)) int decide(size_t n)
 {
     if (__builtin_expect(crawl__hp.on != 1, 1))
         return 0;
-    if (__atomic_load_n(&hook_kind, __ATOMIC_RELAXED) == CRAWL__HOOK_SAMPLED_ONE) {
-        if (__builtin_expect(__libc_single_threaded, 1))
-            return one_countdown_passes(n) ? 0 : crawl__hp_decide_in(&one_countdown, n);
-        crawl__hp_threads_many();        /* (a thread glibc made: see pthread_create) */
-    }
     if (crawl__hp.sampled && countdown_passes(n))
         return 0;
     return crawl__hp_decide(n);
@@ -435,14 +389,11 @@ static inline __attribute__((always_inline)) void forget(void *p) { crawl_heap_p
  * nothing to do, or the pool's countdown, or the heap profile's byte
  * countdown, or both, running and not at their end. 1 then, with the
  * countdowns taken down; 0 leaves them as they were, for alloc_slow() to
- * decide. The sampled heap profile's cases come first, one thread's
- * first of all. */
+ * decide. The sampled heap profile's case comes first. */
 static inline __attribute__((always_inline)) int plain_alloc(size_t n)
 {
     int kind = __atomic_load_n(&hook_kind, __ATOMIC_RELAXED);
-    if (__builtin_expect(kind == CRAWL__HOOK_SAMPLED_ONE, 1))
-        return one_countdown_passes(n);
-    if (kind == CRAWL__HOOK_SAMPLED)
+    if (__builtin_expect(kind == CRAWL__HOOK_SAMPLED, 1))
         return countdown_passes(n);
     if (kind == CRAWL__HOOK_GPA || kind == CRAWL__HOOK_BOTH) {
         uint32_t next = crawl__gpa_next;

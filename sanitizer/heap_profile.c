@@ -601,10 +601,10 @@ static void record(const void *p, size_t size, uintptr_t caller, const crawl_reg
 
 /* Sampled mode, the countdown ran out: 1 if this allocation is a sample.
  * A thread's first time here only starts its count. */
-static int take_sample(long *countdown)
+static int take_sample(void)
 {
     unsigned long n = atomic_load_explicit(&sample_bytes, memory_order_relaxed);
-    *countdown = next_interval(n ? n : 1);
+    crawl__hp_countdown = next_interval(n ? n : 1);
     if (!counting) {
         counting = 1;
         return 0;
@@ -618,7 +618,7 @@ void crawl__heap_profile_slow_from(const void *p, size_t size, uintptr_t caller,
     if (inside || crawl__busy)
         return;                          /* crawl's own, not the program's */
     int sample = crawl__hp.sampled;
-    if (sample && !take_sample(&crawl__hp_countdown))
+    if (sample && !take_sample())
         return;
     record(p, size, caller, from, sample);
 }
@@ -636,21 +636,19 @@ void crawl__heap_profile_slow(const void *p, size_t size, uintptr_t caller)
  * CRAWL__HP_ALIGN bytes of glibc's heap around each (1.6% here at most) */
 #define ALIGNED_SAMPLES_FROM (64 * CRAWL__HP_ALIGN)
 
-int crawl__hp_decide_in(long *countdown, size_t size)
+int crawl__hp_decide(size_t size)
 {
     if (__atomic_load_n(&crawl__hp.on, __ATOMIC_RELAXED) != 1 || inside || crawl__busy)
         return 0;
     if (!crawl__hp.sampled)
         return CRAWL__HP_RECORD;
-    *countdown = crawl__hp_countdown_less(*countdown, size);
-    if (*countdown > 0 || !take_sample(countdown))
+    crawl__hp_countdown = crawl__hp_countdown_less(crawl__hp_countdown, size);
+    if (crawl__hp_countdown > 0 || !take_sample())
         return 0;
     return atomic_load_explicit(&sample_bytes, memory_order_relaxed) >= ALIGNED_SAMPLES_FROM
                ? CRAWL__HP_SAMPLE_ALIGNED
                : CRAWL__HP_SAMPLE;
 }
-
-int crawl__hp_decide(size_t size) { return crawl__hp_decide_in(&crawl__hp_countdown, size); }
 
 void crawl__hp_record_from(const void *p, size_t size, uintptr_t caller, const crawl_regs *from,
                            int how)
@@ -714,6 +712,15 @@ int crawl_heap_profile_start(void)
     if (n == 0 && whole_process)
         filter_saturate();
     atomic_store(&sample_bytes, n);
+    if (n) {
+        /* the caller's count drawn for this interval: what is left of a
+         * count drawn for another would delay its first sample, by up to
+         * that interval (the rest of an exponential draw is one of the
+         * same mean, so with the same interval this changes nothing).
+         * Other threads' counts go on: README, Limits. */
+        crawl__hp_countdown = next_interval(n);
+        counting = 1;
+    }
     __atomic_store_n(&crawl__hp.sampled, n != 0, __ATOMIC_RELAXED);
     __atomic_store_n(&crawl__hp.mmap, san_opts()->heap_profile_mmap != 0, __ATOMIC_RELAXED);
     __atomic_store_n(&crawl__hp.on, 1, __ATOMIC_RELEASE);
@@ -741,22 +748,7 @@ void crawl_heap_profile_stop(void)
 #define KIND_COPIES 8
 static struct {
     int *hook, *free;
-    long *countdown;                     /* (SAMPLED_ONE's word; may be NULL) */
 } copies[KIND_COPIES];
-
-/* The word the preload's malloc counts down in under SAMPLED_ONE (the
- * first copy's: the one the program calls), or NULL under another kind */
-static long *one_word(void)
-{
-    if (__atomic_load_n(&crawl__hook_kind, __ATOMIC_RELAXED) != CRAWL__HOOK_SAMPLED_ONE)
-        return NULL;
-    for (int i = 0; i < KIND_COPIES; i++) {
-        long *w = __atomic_load_n(&copies[i].countdown, __ATOMIC_ACQUIRE);
-        if (w)
-            return w;
-    }
-    return NULL;
-}
 
 /* bits set (set) or taken off in crawl__free_kind, then in each copy */
 static void free_kind_change(int bits, int set)
@@ -795,7 +787,7 @@ static void hook_kind_store(int k)
  * set (FREE_ALL, taken off meanwhile, may stay in the new copy: its frees
  * then look every pointer up, slower, not wrong), and the kind is settled
  * again. Lock-free: the preload calls it from its first malloc. */
-int crawl__hp_mirror_kinds(int *hook_kind, int *free_kind, long *countdown)
+int crawl__hp_mirror_kinds(int *hook_kind, int *free_kind)
 {
     if (!hook_kind || !free_kind)
         return -EINVAL;
@@ -808,7 +800,6 @@ int crawl__hp_mirror_kinds(int *hook_kind, int *free_kind, long *countdown)
         if (at == free_kind) {
             /* (claimed, or found: registered again, maybe by another thread
              * at this moment, whose hook pointer may not be there yet) */
-            __atomic_store_n(&copies[i].countdown, countdown, __ATOMIC_RELEASE);
             __atomic_store_n(&copies[i].hook, hook_kind, __ATOMIC_RELEASE);
             break;
         }
@@ -822,16 +813,6 @@ int crawl__hp_mirror_kinds(int *hook_kind, int *free_kind, long *countdown)
     return 0;
 }
 
-/* SAMPLED_ONE's: the process has had one thread so far (glibc's word,
- * which its pthread_create clears, and ours, which the preload's wrapper
- * sets first: glibc's is still set while a thread is being made) */
-static int many_threads;
-
-static int one_thread(void)
-{
-    return !__atomic_load_n(&many_threads, __ATOMIC_ACQUIRE) && __libc_single_threaded;
-}
-
 static int hook_kind_now(void)
 {
     int mode = __atomic_load_n(&crawl__hp.mode, __ATOMIC_ACQUIRE);
@@ -840,10 +821,8 @@ static int hook_kind_now(void)
               __atomic_load_n(&crawl__gpa_bounds.span, __ATOMIC_ACQUIRE) != 0;
     if (mode == 1)
         return CRAWL__HOOK_SLOW;
-    if (mode == 2 && gpa)
-        return CRAWL__HOOK_BOTH;
     if (mode == 2)
-        return one_thread() ? CRAWL__HOOK_SAMPLED_ONE : CRAWL__HOOK_SAMPLED;
+        return gpa ? CRAWL__HOOK_BOTH : CRAWL__HOOK_SAMPLED;
     return gpa ? CRAWL__HOOK_GPA : CRAWL__HOOK_PLAIN;
 }
 
@@ -866,26 +845,6 @@ void san_hook_kind_update(void)
         if (hook_kind_now() == k)
             return;
     }
-}
-
-/* The thread that counted in the preload's word is the only one (or, made
- * by glibc unseen, one of two that may have lost each other's counts: a
- * sample a little early or late, no more), and with every signal blocked
- * no handler of its allocates between the copy and the kind's change. */
-void crawl__hp_threads_many(void)
-{
-    if (__atomic_load_n(&many_threads, __ATOMIC_ACQUIRE))
-        return;
-    sigset_t all, old;
-    sigfillset(&all);
-    pthread_sigmask(SIG_SETMASK, &all, &old);
-    if (!__atomic_exchange_n(&many_threads, 1, __ATOMIC_SEQ_CST)) {
-        long *w = one_word();
-        if (w)
-            crawl__hp_countdown = *w;
-        san_hook_kind_update();
-    }
-    pthread_sigmask(SIG_SETMASK, &old, NULL);
 }
 
 /* ---- reading the table ----------------------------------------------------------------- */
@@ -1004,35 +963,22 @@ uint32_t hp_capture_stack(const crawl_regs *from)
 
 /* crawl's own allocations meanwhile (libdw compiling CFI, glibc's qsort
  * in an output) go through the preload's malloc, whose fast path takes
- * them off the thread's byte countdown, or off the preload's word under
- * SAMPLED_ONE: the program's next allocation would then be sampled early.
- * The countdown is put back as it was (in the thread's word, if the
- * process got its second thread meanwhile: crawl__hp_threads_many). */
+ * them off the thread's byte countdown: the program's next allocation
+ * would then be sampled early. The countdown is put back as it was. */
 static __thread long countdown_outside __attribute__((tls_model("initial-exec")));
-static __thread long *one_outside __attribute__((tls_model("initial-exec")));
-static __thread long one_was __attribute__((tls_model("initial-exec")));
 
 int hp_inside_enter(void)
 {
     int was = inside;
-    if (!was) {
+    if (!was)
         countdown_outside = crawl__hp_countdown;
-        one_outside = one_word();
-        if (one_outside)
-            one_was = *one_outside;
-    }
     inside = 1;
     return was;
 }
 void hp_inside_leave(int was)
 {
-    if (!was) {
+    if (!was)
         crawl__hp_countdown = countdown_outside;
-        if (one_outside && one_word() == one_outside)
-            *one_outside = one_was;
-        else if (one_outside)
-            crawl__hp_countdown = one_was;
-    }
     inside = was;
 }
 

@@ -75,19 +75,8 @@ static inline long crawl__hp_countdown_less(long countdown, size_t n)
  * is made: PLAIN nothing (not recording, no
  * pool), GPA count down to the pool's next sample, SAMPLED count down the
  * bytes to the heap profile's next sample (no pool), BOTH both, SLOW go to
- * the slow path (recording every allocation), SAMPLED_ONE as SAMPLED while
- * the process has had one thread: the bytes counted down in the preload's
- * own word (registered with its kinds), not in the thread's
- * crawl__hp_countdown, which costs a GOT load and a TLS access more
- * (crawl__hp_threads_many ends it). Not API. */
-enum {
-    CRAWL__HOOK_GPA,
-    CRAWL__HOOK_PLAIN,
-    CRAWL__HOOK_SAMPLED,
-    CRAWL__HOOK_BOTH,
-    CRAWL__HOOK_SLOW,
-    CRAWL__HOOK_SAMPLED_ONE
-};
+ * the slow path (recording every allocation). Not API. */
+enum { CRAWL__HOOK_GPA, CRAWL__HOOK_PLAIN, CRAWL__HOOK_SAMPLED, CRAWL__HOOK_BOTH, CRAWL__HOOK_SLOW };
 CRAWL_API extern int crawl__hook_kind;
 /* What libcrawl-preload.so's free must test before it calls glibc's, in
  * one load: FREE_POOL once the guarded pool is made (an address in it goes
@@ -127,16 +116,6 @@ CRAWL_API void crawl__heap_profile_slow(const void *p, size_t size, uintptr_t ca
  * caller, or crawl__hp_record_from at the caller of *from's frame. */
 enum { CRAWL__HP_RECORD = 1, CRAWL__HP_SAMPLE, CRAWL__HP_SAMPLE_ALIGNED };
 CRAWL_API int crawl__hp_decide(size_t size);
-/* crawl__hp_decide with the byte countdown in *countdown, not in the
- * thread's crawl__hp_countdown (the preload's own word, SAMPLED_ONE). */
-CRAWL_API int crawl__hp_decide_in(long *countdown, size_t size);
-/* The process is about to have a second thread (libcrawl-preload.so's
- * pthread_create, before glibc's; or its slow path, once glibc says it has
- * made one itself): SAMPLED_ONE ends, its word's count going on in the
- * calling thread's crawl__hp_countdown. Once; the first call does it with
- * every signal blocked, later ones return at once. Async-signal-safe,
- * lock-free, allocates nothing. Not API. */
-CRAWL_API void crawl__hp_threads_many(void);
 CRAWL_API void crawl__hp_record(const void *p, size_t size, uintptr_t caller, int how);
 CRAWL_API void crawl__hp_record_from(const void *p, size_t size, uintptr_t caller,
                                      const crawl_regs *from, int how);
@@ -178,11 +157,10 @@ CRAWL_API void crawl__hp_filter_unstick(void);
  * crawl__free_kind, which its malloc and free read with no GOT load:
  * crawl stores each change in them too, the copies' first from its current
  * values. Each copy of the preload in the process registers its own (up
- * to 8; a pair registered again is kept once), with the word it counts
- * bytes down in under SAMPLED_ONE (countdown: NULL for none). 0, -EINVAL
- * for NULL kinds, or -ENOSPC: the copies are not kept, and that preload
- * must not rely on them. Lock-free. Not API. */
-CRAWL_API int crawl__hp_mirror_kinds(int *hook_kind, int *free_kind, long *countdown);
+ * to 8; a pair registered again is kept once). 0, -EINVAL for NULL, or
+ * -ENOSPC: the copies are not kept, and that preload must not rely on
+ * them. Lock-free. Not API. */
+CRAWL_API int crawl__hp_mirror_kinds(int *hook_kind, int *free_kind);
 /* The same, the stack starting at the caller of the frame whose registers
  * are *from (an allocator whose slow path is a function of its own). */
 CRAWL_API void crawl__heap_profile_slow_from(const void *p, size_t size, uintptr_t caller,
@@ -202,7 +180,10 @@ static inline int crawl__hp_filter_has(const void *p)
 static inline int crawl_heap_profile_active(void) { return crawl__hp.on == 1; }
 
 /* Start recording with the current options (they are read here, and again
- * at each option change). Idempotent. 0. Thread-safe; not
+ * at each option change). Idempotent. Sampled, the calling thread's count
+ * of bytes to its next sample is drawn again for the interval read here;
+ * another thread's goes on until it runs out (README, Limits). 0.
+ * Thread-safe; not
  * async-signal-safe (reads the options: the process's first read
  * allocates); allocates nothing else (the live table starts in static
  * memory and grows by mmap as it records). */

@@ -16,15 +16,13 @@
 #include <crawl/guarded.h>
 #include <crawl/heap_profile.h>
 
-long *crawl__preload_countdown(void);
-
 static void test_first_pool_stack_leaves_the_countdown(void **state)
 {
     (void)state;
     assert_true(crawl_heap_profile_active());
-    long before = *crawl__preload_countdown();   /* (the preload's word: one thread) */
+    long before = crawl__hp_countdown;
     void *p = crawl_gpa_allocate(64, 0);
-    long after = *crawl__preload_countdown();
+    long after = crawl__hp_countdown;
     assert_non_null(p);
     assert_true(crawl_gpa_owns(p));
     crawl_gpa_deallocate(p);

@@ -178,14 +178,34 @@ static void test_countdown_counts_bytes(void **state)
     assert_in_range(small, 5742 - 600, 5742 + 600);
 }
 
+/* A start draws the calling thread's count for the interval it reads:
+ * restarted at 16 bytes after 1e9, the first allocations are samples at
+ * once (what was left of the 1e9 count would have run for some 1e9
+ * bytes more). Restarted at 256 after, as the tests after expect. */
+static void test_start_draws_the_count(void **state)
+{
+    (void)state;
+    static void *keep[64];
+    crawl_heap_profile_stop();
+    assert_int_equal(crawl_sanitizer_set_options("heap_sample_bytes=1000000000"), 0);
+    assert_int_equal(crawl_heap_profile_start(), 0);
+    assert_int_equal(samples_among(100, 64, keep), 0);   /* (one in 150,000 runs has one) */
+    crawl_heap_profile_stop();
+    assert_int_equal(crawl_sanitizer_set_options("heap_sample_bytes=16"), 0);
+    assert_int_equal(crawl_heap_profile_start(), 0);
+    size_t got = samples_among(100, 64, keep);
+    print_message("malloc(100) every 16 bytes: %zu samples of 64\n", got);
+    assert_in_range(got, 60, 64);
+    crawl_heap_profile_stop();
+    assert_int_equal(crawl_sanitizer_set_options("heap_sample_bytes=256"), 0);
+    assert_int_equal(crawl_heap_profile_start(), 0);
+}
+
 /* malloc(0)s from the fast path: each takes 1 from this thread's
- * countdown (n + 1), as long as that stays above 0; another thread's word
- * is not touched. The word is the preload's own while the process has one
- * thread (CRAWL__HOOK_SAMPLED_ONE), then each thread's
- * crawl__hp_countdown, which the preload reaches by its offset from the
- * thread pointer, taken once: that offset is every thread's. 0, or a
- * failed check's line. */
-long *crawl__preload_countdown(void);
+ * crawl__hp_countdown (n + 1), as long as that stays above 0; another
+ * thread's word is not touched. The preload reaches the word by its
+ * offset from the thread pointer, taken once: that offset is every
+ * thread's. 0, or a failed check's line. */
 static long *main_countdown;
 
 static void *opaque_malloc(size_t n)
@@ -200,9 +220,9 @@ static int countdown_steps(void)
     long other = main_countdown ? *main_countdown : 0;
     int steps = 0;
     for (int i = 0; i < 4096 && steps < 64; i++) {
-        long before = *crawl__preload_countdown();
+        long before = crawl__hp_countdown;
         void *p = opaque_malloc(0);
-        long after = *crawl__preload_countdown();
+        long after = crawl__hp_countdown;
         free(p);
         if (before > 1) {                /* (else a sample: the slow path draws again) */
             if (after != before - 1)
@@ -226,7 +246,6 @@ static void *countdown_thread(void *arg)
 static void test_countdown_is_each_threads(void **state)
 {
     (void)state;
-    assert_int_equal(crawl__hook_kind, CRAWL__HOOK_SAMPLED_ONE);   /* (one thread so far) */
     assert_int_equal(countdown_steps(), 0);
     main_countdown = &crawl__hp_countdown;
     pthread_t t;
@@ -235,8 +254,6 @@ static void test_countdown_is_each_threads(void **state)
     assert_int_equal(pthread_join(t, &line), 0);
     main_countdown = NULL;
     assert_int_equal((intptr_t)line, 0);
-    assert_int_equal(crawl__hook_kind, CRAWL__HOOK_SAMPLED);
-    assert_int_equal(countdown_steps(), 0);       /* (the main thread's own word now) */
 }
 
 /* A block resized by realloc after realloc, in and out of samples: its
@@ -294,11 +311,11 @@ static void test_outputs_leave_the_countdown(void **state)
     assert_non_null(out);
     int fd = fileno(out);
     for (int i = 0; i < 3; i++) {
-        long before = *crawl__preload_countdown();
+        long before = crawl__hp_countdown;
         crawl_heap_totals t;
         crawl_heap_profile_totals(&t);
         assert_int_equal(crawl_heap_profile_write_fd(fd, CRAWL_HEAP_JSON), 0);
-        assert_int_equal(*crawl__preload_countdown(), before);
+        assert_int_equal(crawl__hp_countdown, before);
         void *volatile p = malloc(1);    /* one byte: a sample one time in 128 */
         free(p);
     }
@@ -449,6 +466,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_every_entry_point),
         cmocka_unit_test(test_countdown_counts_bytes),
+        cmocka_unit_test(test_start_draws_the_count),
         cmocka_unit_test(test_countdown_is_each_threads),
         cmocka_unit_test(test_realloc_in_and_out_of_samples),
         cmocka_unit_test(test_outputs_leave_the_countdown),

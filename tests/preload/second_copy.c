@@ -85,13 +85,13 @@ static void test_a_copy_crawl_cannot_keep(void **state)
     (void)state;
     static int words[2 * 8];
     int *mine = &words[0];
-    assert_int_equal(crawl__hp_mirror_kinds(NULL, mine, NULL), -EINVAL);
+    assert_int_equal(crawl__hp_mirror_kinds(NULL, mine), -EINVAL);
     int rc = 0, n = 0;
-    while (n < 8 && (rc = crawl__hp_mirror_kinds(&words[2 * n], &words[2 * n + 1], NULL)) == 0)
+    while (n < 8 && (rc = crawl__hp_mirror_kinds(&words[2 * n], &words[2 * n + 1])) == 0)
         n++;
     assert_int_equal(rc, -ENOSPC);       /* (the two copies hold two pairs) */
     assert_in_range(n, 1, 6);
-    assert_int_equal(crawl__hp_mirror_kinds(&words[0], &words[1], NULL), 0);   /* (kept already) */
+    assert_int_equal(crawl__hp_mirror_kinds(&words[0], &words[1]), 0);   /* (kept already) */
     assert_int_equal(crawl_heap_profile_active(), 0);   /* (stopped by the test before) */
     void *third = dlopen(THIRD_COPY, RTLD_NOW | RTLD_LOCAL);
     assert_non_null(third);

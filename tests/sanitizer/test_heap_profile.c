@@ -1408,7 +1408,7 @@ static void *register_race_pairs(void *unused)
         atomic_fetch_add(&race_arrived, 1);
         while (atomic_load(&race_arrived) < race_threads * (j + 1))
             ;
-        bad |= crawl__hp_mirror_kinds(&race_words[2 * j], &race_words[2 * j + 1], NULL) != 0;
+        bad |= crawl__hp_mirror_kinds(&race_words[2 * j], &race_words[2 * j + 1]) != 0;
         /* (a caller that found its pair has its hook word written when it returns) */
         bad |= race_words[2 * j] != crawl__hook_kind;
     }
@@ -1436,7 +1436,7 @@ static int slots_left_after(int threads)
             bad |= rc != NULL;
         }
         int left = 0;
-        while (left < 8 && crawl__hp_mirror_kinds(&dummies[2 * left], &dummies[2 * left + 1], NULL) == 0)
+        while (left < 8 && crawl__hp_mirror_kinds(&dummies[2 * left], &dummies[2 * left + 1]) == 0)
             left++;
         char c = (char)(bad ? -1 : left);
         ssize_t w = write(fd[1], &c, 1);
