@@ -215,12 +215,11 @@ static void filter_saturate(void)
         return;
     }
     san_free_kind_or(CRAWL__FREE_FILTER | CRAWL__FREE_ALIGNED);   /* (before the bits) */
-    const unsigned per = SHARD_SLOTS;
     for (unsigned i = 0; i < HP_SHARDS; i++) {
         shard_lock(&shards[i].lock);
-        for (unsigned slot = i * per; slot < (i + 1) * per; slot++)
+        for (unsigned slot = i * SHARD_SLOTS; slot < (i + 1) * SHARD_SLOTS; slot++)
             __atomic_store_n(&crawl__hp.counts[slot], 255, __ATOMIC_RELAXED);
-        for (unsigned w = i * per / 64; w < (i + 1) * per / 64; w++)
+        for (unsigned w = i * SHARD_SLOTS / 64; w < (i + 1) * SHARD_SLOTS / 64; w++)
             __atomic_store_n(&crawl__hp.bits[w], ~(uint64_t)0, __ATOMIC_RELAXED);
         shards[i].stuck = 1;
         shard_unlock(&shards[i].lock);
@@ -240,14 +239,13 @@ static void filter_saturate(void)
  * computed from the keys, without the addresses (filter_slot_of_key). */
 static void filter_rebuild(void)
 {
-    enum { PER = SHARD_SLOTS };
     for (unsigned i = 0; i < HP_SHARDS; i++) {
         shard *s = &shards[i];
-        unsigned char c[PER] = {0};
+        unsigned char c[SHARD_SLOTS] = {0};
         shard_lock(&s->lock);
         for (size_t j = 0; j < s->cap; j++)
             if (s->t[j].ptr) {
-                unsigned slot = filter_slot_of_key(s->t[j].ptr) % PER;
+                unsigned slot = filter_slot_of_key(s->t[j].ptr) % SHARD_SLOTS;
                 if (c[slot] != 255)
                     c[slot]++;
             }
@@ -259,10 +257,10 @@ static void filter_rebuild(void)
             const void *p = atomic_load_explicit(&sticks[k], memory_order_acquire);
             unsigned slot = crawl__hp_filter_slot(p);
             if (p && SLOT_SHARD(slot) == i)
-                c[slot % PER] = 255;
+                c[slot % SHARD_SLOTS] = 255;
         }
-        for (unsigned slot = 0; slot < PER; slot++)
-            filter_set(i * PER + slot, c[slot]);
+        for (unsigned slot = 0; slot < SHARD_SLOTS; slot++)
+            filter_set(i * SHARD_SLOTS + slot, c[slot]);
         s->stuck = 0;
         shard_unlock(&s->lock);
     }
@@ -704,8 +702,7 @@ int crawl_heap_profile_start(void)
             int len = snprintf(line, sizeof line,
                                "crawl: leak_check=1 records every allocation: "
                                "heap_sample_bytes=%u is ignored\n", n);
-            ssize_t w = write(STDERR_FILENO, line, (size_t)len);
-            (void)w;
+            crawl__write_all(STDERR_FILENO, line, (size_t)len);
         }
         n = 0;
     }

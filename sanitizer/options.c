@@ -85,8 +85,7 @@ static void warn(const char *what, const char *item, size_t len, const char *tak
     int n = snprintf(line, sizeof line, "crawl: %s '%.*s' in sanitizer options%s%s%s; none applied\n",
                      what, (int)(len > 200 ? 200 : len), item, *takes ? " (takes " : "", takes,
                      *takes ? ")" : "");
-    ssize_t w = write(STDERR_FILENO, line, (size_t)n);
-    (void)w;
+    crawl__write_all(STDERR_FILENO, line, (size_t)n);
 }
 
 static int number(const char *v, size_t len, long lo, long hi, long *out)
@@ -153,19 +152,65 @@ static int parse_FILE(const char *v, size_t len, long lo, long hi, char (*out)[5
     return 1;
 }
 
-/* What an option of this kind (options.def) takes, for the warning line. */
-static void values_taken(const char *kind, long lo, long hi, char *out, size_t size)
+/* What an option of each kind (options.def) takes, for the warning line
+ * of a value its parse_ refused. */
+static void takes_FLAG(long lo, long hi, char *out, size_t size)
 {
-    if (strcmp(kind, "FLAG") == 0)
-        snprintf(out, size, "0 or 1");
-    else if (strcmp(kind, "UINT") == 0)
-        snprintf(out, size, "%ld .. %ld", lo, hi);
-    else if (strcmp(kind, "POW2") == 0)
-        snprintf(out, size, "a power of 2, %ld .. %ld", lo, hi);
-    else if (strcmp(kind, "MB") == 0)
-        snprintf(out, size, "%ld .. %ld, in MiB", lo, hi);
-    else                                 /* PATH, FILE */
-        snprintf(out, size, "a path shorter than 512 bytes");
+    (void)lo, (void)hi;
+    snprintf(out, size, "0 or 1");
+}
+
+static void takes_UINT(long lo, long hi, char *out, size_t size)
+{
+    snprintf(out, size, "%ld .. %ld", lo, hi);
+}
+
+static void takes_POW2(long lo, long hi, char *out, size_t size)
+{
+    snprintf(out, size, "a power of 2, %ld .. %ld", lo, hi);
+}
+
+static void takes_MB(long lo, long hi, char *out, size_t size)
+{
+    snprintf(out, size, "%ld .. %ld, in MiB", lo, hi);
+}
+
+static void takes_PATH(long lo, long hi, char *out, size_t size)
+{
+    (void)lo, (void)hi;
+    snprintf(out, size, "a path shorter than 512 bytes");
+}
+
+#define takes_FILE takes_PATH
+
+/* What heap_profile_signal takes: 1 to 64 but those sw_signal_refused
+ * refuses (its list: a run of 4 or more as "a-b"), the walk signal named
+ * apart, as it is now */
+static void takes_signal(char *out, size_t size)
+{
+    int walk = sw_walk_signal_now();
+    int refused[65] = {0};
+    for (int sig = 1; sig <= 64; sig++)
+        refused[sig] = sig != walk && sw_signal_refused(sig);
+    size_t n = (size_t)snprintf(out, size, "1 .. 64 but ");
+    const char *sep = "";
+    for (int sig = 1; sig <= 64 && n < size; sig++) {
+        if (!refused[sig])
+            continue;
+        int last = sig;
+        while (last < 64 && refused[last + 1])
+            last++;
+        if (last - sig >= 3) {
+            n += (size_t)snprintf(out + n, size - n, "%s%d-%d", sep, sig, last);
+        } else {
+            for (int k = sig; k <= last && n < size; k++, sep = ", ")
+                n += (size_t)snprintf(out + n, size - n, "%s%d", sep, k);
+        }
+        sep = ", ";
+        sig = last;
+    }
+    if (n < size)
+        snprintf(out + n, size - n, " and crawl's walk signal, %d", walk);
 }
 
 /* Parse into *o; 0, or -EINVAL after one warning line. */
@@ -191,7 +236,8 @@ static int parse(const char *s, san_options *o, int *want_help)
     if (!found && KEY(#key)) {                                                                 \
         found = 1;                                                                             \
         ok = parse_##kind(v, vlen, lo, hi, &o->field);                                         \
-        values_taken(#kind, lo, hi, takes, sizeof takes);                                      \
+        if (!ok)                                                                               \
+            takes_##kind(lo, hi, takes, sizeof takes);                                         \
     }
 #include "sanitizer/options.def"
 #undef SAN_OPTION
@@ -199,9 +245,10 @@ static int parse(const char *s, san_options *o, int *want_help)
             long x;
             found = 1;
             ok = number(v, vlen, 0, 1, &x) == 0;
-            values_taken("FLAG", 0, 1, takes, sizeof takes);
             if (ok)
                 *want_help = (int)x;
+            else
+                takes_FLAG(0, 1, takes, sizeof takes);
         }
         if (!found) {
             warn("unknown option", item, klen, "");
@@ -220,8 +267,7 @@ static int parse(const char *s, san_options *o, int *want_help)
         char item[40];
         int n = snprintf(item, sizeof item, "heap_profile_signal=%u", o->heap_profile_signal);
         char takes[120];
-        snprintf(takes, sizeof takes, "1 .. 64 but 4-9, 11, 19, 27, 31, 32, 33 and crawl's walk signal, %d",
-                 sw_walk_signal_now());
+        takes_signal(takes, sizeof takes);
         warn("bad value in", item, (size_t)n, takes);
         return -EINVAL;
     }
