@@ -224,14 +224,6 @@ static inline __attribute__((always_inline)) int decide(size_t n)
     return crawl__hp_decide(n);
 }
 
-static inline __attribute__((always_inline)) void *recorded(void *p, size_t n, const void *caller,
-                                                           int how)
-{
-    if (__builtin_expect(how != 0, 0))
-        crawl__hp_record(p, n, (uintptr_t)caller, how);
-    return p;
-}
-
 /* Samples free can tell by their address (crawl__hp_addr_tellable): a
  * chunk glibc maps whole already is one (16 bytes past a page's start), so
  * a large sample is glibc's own calloc (fresh pages, not cleared again) or
@@ -239,6 +231,62 @@ static inline __attribute__((always_inline)) void *recorded(void *p, size_t n, c
  * memalign. When memalign fails, the chunk glibc gave stays (free then
  * tests the filter) and errno is as it was. */
 #define MAPPED_FROM (128 * 1024)        /* glibc's least mmap threshold */
+
+/* ...and then by their chunk's shape, in glibc's size word before the
+ * chunk (which glibc's free reads next anyway): a 4 KiB-aligned sample
+ * asks glibc for PLACED_LEAST bytes at least (a chunk of 1,040), and one
+ * 16 bytes past a page's start is a chunk glibc mapped whole (its
+ * IS_MMAPPED bit). So an ordinary chunk that happens to start a page,
+ * about 1 free in 200 here and twice that as samples move glibc's chunks
+ * about (callgrind, bench_heap_work sampled every 512 KiB), goes from
+ * free's fast path to glibc, where it went through free_slow's look in
+ * the filter. p: tellable, glibc's (not the pool's, not a bootstrap
+ * block). */
+#define PLACED_LEAST 1024
+#define CHUNK_SIZE_BITS (~(size_t)7)    /* glibc's size word: the size, then 3 flags */
+#define CHUNK_MAPPED 2                  /* IS_MMAPPED */
+
+static inline __attribute__((always_inline)) int sample_shaped(const void *p)
+{
+    size_t head = ((const size_t *)p)[-1];
+    return ((uintptr_t)p & (CRAWL__HP_ALIGN - 1)) == 0
+               ? (head & CHUNK_SIZE_BITS) >= PLACED_LEAST + 2 * sizeof(size_t)
+               : (head & CHUNK_MAPPED) != 0;
+}
+
+/* p, glibc's: where and as free tells a placed sample */
+static int placed(const void *p)
+{
+    return crawl__hp_addr_tellable((uintptr_t)p) && sample_shaped(p);
+}
+
+/* p, at a tellable address, freed: whether it may be a placed sample.
+ * NULL and a bootstrap block take the slow path too (as before: free's
+ * fast path keeps glibc's call a fall-through so); ordinary chunks go to
+ * glibc. */
+static inline __attribute__((always_inline)) int may_be_placed(const void *p)
+{
+    return !p || from_boot(p) || sample_shaped(p);
+}
+
+/* What an allocation p the heap profile decided `how` about is recorded
+ * as: a sample decided SAMPLE_ALIGNED that is not where and as free tells
+ * one (the pool's chunk, or glibc's when memalign failed) as a SAMPLE,
+ * which crawl has free look for in the filter. */
+static inline __attribute__((always_inline)) int placed_how(const void *p, int how)
+{
+    if (how == CRAWL__HP_SAMPLE_ALIGNED && (!p || crawl_gpa_owns_inline(p) || !placed(p)))
+        return CRAWL__HP_SAMPLE;
+    return how;
+}
+
+static inline __attribute__((always_inline)) void *recorded(void *p, size_t n, const void *caller,
+                                                           int how)
+{
+    if (__builtin_expect(how != 0, 0))   /* (the stack starts at the entry point) */
+        crawl__hp_record(p, n, (uintptr_t)caller, placed_how(p, how));
+    return p;
+}
 
 /* Spare chunks for small samples. memalign costs glibc about 5,000
  * instructions here (callgrind, bench/heap_profile: its request is past
@@ -251,6 +299,7 @@ static inline __attribute__((always_inline)) void *recorded(void *p, size_t n, c
  * chunk the profile recorded is glibc's and live until that free. At most
  * 4 x 31 KiB are held so, for good. */
 #define SPARE_MIN_SHIFT 10
+_Static_assert(((size_t)1 << SPARE_MIN_SHIFT) >= PLACED_LEAST, "a class's sample is placed");
 #define SPARE_CLASSES 5                  /* 1, 2, 4, 8, 16 KiB */
 #define SPARE_MAX ((size_t)1 << (SPARE_MIN_SHIFT + SPARE_CLASSES - 1))
 #define SPARES 4
@@ -336,6 +385,8 @@ static void *aligned_sample(size_t n, size_t alignment)
         if (p)
             return p;
         n = (size_t)1 << (SPARE_MIN_SHIFT + c);
+    } else if (n < PLACED_LEAST) {
+        n = PLACED_LEAST;                /* (a wider alignment's: as big as free tells one) */
     }
     int e = errno;
     void *p = real_memalign(alignment > CRAWL__HP_ALIGN ? alignment : CRAWL__HP_ALIGN, n);
@@ -348,7 +399,7 @@ static void *sample_malloc(size_t n)
 {
     if (n >= MAPPED_FROM) {
         void *p = real_malloc(n);
-        if (!p || crawl__hp_addr_tellable((uintptr_t)p))
+        if (!p || placed(p))
             return p;
         real_free(p);                    /* (the threshold has grown past n) */
     }
@@ -360,7 +411,7 @@ static void *sample_calloc(size_t n, size_t size, size_t total)
 {
     if (total >= MAPPED_FROM) {
         void *p = real_calloc(n, size);
-        if (!p || crawl__hp_addr_tellable((uintptr_t)p))
+        if (!p || placed(p))
             return p;
         real_free(p);
     }
@@ -372,7 +423,7 @@ static void *sample_calloc(size_t n, size_t size, size_t total)
 static void *sample_realloc(void *p, size_t n)
 {
     void *q = real_realloc(p, n);
-    if (!q || crawl__hp_addr_tellable((uintptr_t)q))
+    if (!q || placed(q))
         return q;
     void *a = aligned_sample(n, 0);
     if (!a)
@@ -428,7 +479,7 @@ __attribute__((noinline)) static void *alloc_slow(size_t n, const void *caller)
     if (!p)
         p = how == CRAWL__HP_SAMPLE_ALIGNED ? sample_malloc(n) : real_malloc(n);
     if (how)                             /* the stack starts above alloc_slow: at malloc, new... */
-        crawl__hp_record_from(p, n, (uintptr_t)caller, &here, how);
+        crawl__hp_record_from(p, n, (uintptr_t)caller, &here, placed_how(p, how));
     NO_TAIL(p);
     return p;
 }
@@ -482,20 +533,22 @@ __attribute__((noinline)) static void free_slow(void *p)
 /* glibc's free unless p is the pool's or the free filter has it (a chunk
  * the heap profile holds, a bootstrap block), each tested only once
  * crawl__free_kind says it can be so: the sampled heap profile's frees
- * test the pointer's low bits alone (its samples are placed where free
- * tells them by address), GWP-ASan's the pool alone, recording every
- * allocation the filter (recording the whole process, no test: every
- * pointer, FREE_ALL), and a process with none goes straight to glibc.
- * Each test branches off to free_slow, so that glibc is reached without a
- * frame. Expanded into free and each
- * operator delete, so that a free stack starts at the entry point the
- * program called. */
+ * test the pointer's low bits, and for the few it passes the chunk's
+ * shape (its samples are placed where free tells them: placed()),
+ * GWP-ASan's the pool alone, recording every allocation the filter
+ * (recording the whole process, no test: every pointer, FREE_ALL), and a
+ * process with none goes straight to glibc. Each test branches off to
+ * free_slow, so that glibc is reached without a frame. Expanded into free
+ * and each operator delete, so that a free stack starts at the entry
+ * point the program called. */
 static inline __attribute__((always_inline)) void release(void *p)
 {
     int kind = __atomic_load_n(&free_kind, __ATOMIC_RELAXED);
     if (__builtin_expect(kind == CRAWL__FREE_ALIGNED, 1)) {
-        if (__builtin_expect(crawl__hp_addr_tellable((uintptr_t)p), 0))
-            goto slow;
+        if (__builtin_expect(crawl__hp_addr_tellable((uintptr_t)p), 0)) {
+            if (may_be_placed(p))
+                goto slow;
+        }
     } else if (kind != 0) {
         if (kind & CRAWL__FREE_ALL)
             goto slow;
@@ -505,7 +558,8 @@ static inline __attribute__((always_inline)) void release(void *p)
             if (__builtin_expect(crawl__hp_filter_has(p), 0))
                 goto slow;
         } else if ((kind & CRAWL__FREE_ALIGNED) && crawl__hp_addr_tellable((uintptr_t)p)) {
-            goto slow;
+            goto slow;                   /* (the shape as well here, and GCC 12 gave free a
+                                            frame before its first test) */
         }
     }
     real_free(p);

@@ -143,12 +143,14 @@ static inline shard *shard_of(uintptr_t ptr)
 }
 
 /* A pointer put in the filter: the bit of crawl__free_kind its free needs
- * (FREE_ALIGNED for one free can tell by its address), set before the
- * filter's bit, also when its slot's count is stuck (a free of an
- * unaligned pointer in a stuck slot went straight to glibc) */
-static void note_free_kind(uintptr_t ptr)
+ * (FREE_ALIGNED for one the preload placed where its free tells it,
+ * placed; FREE_FILTER for any other, at a tellable address too: the
+ * preload's free tells a placed sample by its chunk's shape as well),
+ * set before the filter's bit, also when its slot's count is stuck (a
+ * free of an unaligned pointer in a stuck slot went straight to glibc) */
+static void note_free_kind(uintptr_t ptr, int placed)
 {
-    int kind = crawl__hp_addr_tellable(ptr) ? CRAWL__FREE_ALIGNED : CRAWL__FREE_FILTER;
+    int kind = placed && crawl__hp_addr_tellable(ptr) ? CRAWL__FREE_ALIGNED : CRAWL__FREE_FILTER;
     if (!(__atomic_load_n(&crawl__free_kind, __ATOMIC_RELAXED) & kind))
         san_free_kind_or(kind);
 }
@@ -168,14 +170,15 @@ static void filter_set(unsigned slot, unsigned char count)
 static atomic_int saturated;
 static atomic_int filter_lock;
 
-static void filter_add(uintptr_t ptr, int delta)   /* under ptr's shard lock */
+/* delta +1 (placed: HP_PLACED, see note_free_kind) or -1 */
+static void filter_add(uintptr_t ptr, int delta, int placed)   /* under ptr's shard lock */
 {
     if (shard_of(ptr)->stuck)
         return;
     unsigned slot = crawl__hp_filter_slot((const void *)ptr);
     unsigned char v = __atomic_load_n(&crawl__hp.counts[slot], __ATOMIC_RELAXED);
     if (delta > 0)
-        note_free_kind(ptr);
+        note_free_kind(ptr, placed);
     if (v == 255 || (v == 0 && delta < 0))
         return;
     filter_set(slot, (unsigned char)(v + delta));
@@ -300,7 +303,7 @@ void crawl__hp_filter_stick(const void *p)
     unsigned slot = crawl__hp_filter_slot(p);
     shard *s = &shards[SLOT_SHARD(slot)];
     shard_lock(&s->lock);
-    note_free_kind((uintptr_t)p);
+    note_free_kind((uintptr_t)p, 1);     /* (the preload's free tells its blocks apart) */
     filter_set(slot, 255);
     unsigned k = atomic_fetch_add(&stick_count, 1);
     if (k < STICKS)
@@ -417,7 +420,7 @@ static int insert_as(const hp_entry *e, int keep_stamp)
     if (grow)
         for (j = home_of(h, s->cap); s->t[j].ptr; j = (j + 1) & (s->cap - 1))
             ;
-    filter_add(e->ptr, 1);
+    filter_add(e->ptr, 1, (e->flags & HP_PLACED) != 0);
     s->t[j] = *e;
     s->t[j].ptr = k;
     s->t[j].flags = stamped(s, e->flags, keep_stamp);
@@ -473,7 +476,7 @@ static int erase_into(uintptr_t ptr, hp_entry *out)
                     *out = s->t[j];
                     out->ptr = ptr;
                 }
-                filter_add(ptr, -1);
+                filter_add(ptr, -1, 0);
                 s->live--;
                 s->live_bytes -= s->t[j].size;
                 remove_at(s, j);
@@ -580,13 +583,13 @@ static uint32_t capture_as_told(const san_options *o, const crawl_regs *from)
 
 /* Record p with a stack from `from` (the hook's caller's frame). */
 static void record(const void *p, size_t size, uintptr_t caller, const crawl_regs *from,
-                   int sample)
+                   uint32_t flags)
 {
     int was_errno = errno;               /* a hook leaves errno as the allocator set it */
     int was = hp_inside_enter();
     const san_options *o = san_opts();
-    hp_entry e = {.ptr = (uintptr_t)p, .size = size, .caller = caller,
-                  .flags = sample ? HP_SAMPLED : 0};
+    int sample = (flags & HP_SAMPLED) != 0;
+    hp_entry e = {.ptr = (uintptr_t)p, .size = size, .caller = caller, .flags = flags};
     if (sample)
         insert_prefetch(e.ptr);
     if (sample || size >= o->heap_stack_min_size)   /* (inside already) */
@@ -618,7 +621,7 @@ void crawl__heap_profile_slow_from(const void *p, size_t size, uintptr_t caller,
     int sample = crawl__hp.sampled;
     if (sample && !take_sample())
         return;
-    record(p, size, caller, from, sample);
+    record(p, size, caller, from, sample ? HP_SAMPLED : 0);
 }
 
 void crawl__heap_profile_slow(const void *p, size_t size, uintptr_t caller)
@@ -652,7 +655,10 @@ void crawl__hp_record_from(const void *p, size_t size, uintptr_t caller, const c
                            int how)
 {
     if (p && how && !inside && !crawl__busy)
-        record(p, size, caller, from, how != CRAWL__HP_RECORD);
+        record(p, size, caller, from,
+               how == CRAWL__HP_RECORD           ? 0
+               : how == CRAWL__HP_SAMPLE_ALIGNED ? HP_SAMPLED | HP_PLACED
+                                                 : HP_SAMPLED);
 }
 
 void crawl__hp_record(const void *p, size_t size, uintptr_t caller, int how)
@@ -672,7 +678,7 @@ void crawl_heap_profile_alloc(const void *p, size_t size, uintptr_t caller)
         caller = (uintptr_t)__builtin_return_address(0);
     crawl_regs here;
     crawl_capture_regs(&here);
-    record(p, size, caller, &here, how != CRAWL__HP_RECORD);
+    record(p, size, caller, &here, how != CRAWL__HP_RECORD ? HP_SAMPLED : 0);   /* (never placed) */
     CRAWL__NO_TAIL(size);
 }
 

@@ -11,6 +11,8 @@
 #define HP_SHARDS (1 << HP_SHARD_BITS)
 #define HP_SAMPLED 1u                   /* flags: a byte sample (scale it) */
 #define HP_MMAP 2u                      /* flags: a mapped region (heap_mmap.c), weight 1 */
+#define HP_PLACED 4u                    /* flags: a sample libcrawl-preload.so placed where its
+                                           free tells it (CRAWL__FREE_ALIGNED) */
 #define HP_FLAG_BITS 0xffu              /* flags' own bits; above them, in the live table and
                                            its snapshots, the entry's stamp: HP_STAMP_ONE times
                                            its shard's count of entries made, mod 2^24 */

@@ -80,16 +80,19 @@ enum { CRAWL__HOOK_GPA, CRAWL__HOOK_PLAIN, CRAWL__HOOK_SAMPLED, CRAWL__HOOK_BOTH
 CRAWL_API extern int crawl__hook_kind;
 /* What libcrawl-preload.so's free must test before it calls glibc's, in
  * one load: FREE_POOL once the guarded pool is made (an address in it goes
- * back to the pool), FREE_FILTER once a pointer free cannot tell by its
- * address was first put in the free filter (recorded, or stuck there),
- * FREE_ALIGNED once one it can tell was: 4 KiB-aligned, or 16 bytes past
- * a page's start, where glibc puts the memory of a chunk it maps whole
- * (crawl__hp_addr_tellable). While only such pointers were ever put there
- * (the preload's samples, placed so), a free tests its pointer's low bits,
- * no filter. 0: none, glibc's free at once. Bits are only ever set, each
- * before what needs it is published (the pool's bounds, the filter's
- * bit), so a free of a pointer handed over from the thread that got it
- * sees them; FREE_ALL alone is taken off again. Not API. */
+ * back to the pool), FREE_ALIGNED once a sample the preload placed where
+ * its free tells it was put in the free filter (passed as
+ * CRAWL__HP_SAMPLE_ALIGNED, which the preload does for such a chunk
+ * only): 4 KiB-aligned, or 16 bytes past a page's start, where glibc puts
+ * the memory of a chunk it maps whole (crawl__hp_addr_tellable), and of a
+ * sample's shape (the preload's sample_shaped); FREE_FILTER once any other
+ * pointer was (recorded, or stuck there), at such an address too. While
+ * only placed samples were ever put there, a free tests its pointer's low
+ * bits and then its chunk's shape, no filter. 0: none, glibc's free at
+ * once. Bits are only ever set, each before what needs it is published
+ * (the pool's bounds, the filter's bit), so a free of a pointer handed
+ * over from the thread that got it sees them; FREE_ALL alone is taken off
+ * again. Not API. */
 /* FREE_ALL: the filter is stuck whole (the preload recording every
  * allocation): every pointer may be recorded, free looks each up without
  * the filter's test. Taken off once the filter is counted again
@@ -112,7 +115,8 @@ CRAWL_API void crawl__heap_profile_slow(const void *p, size_t size, uintptr_t ca
  * CRAWL__HP_RECORD record it (every allocation), CRAWL__HP_SAMPLE record
  * it as a sample, CRAWL__HP_SAMPLE_ALIGNED the same, made aligned (the
  * sampling interval is wide enough for the memory it costs). Then
- * crawl__hp_record does it (how: the decision), the stack starting at its
+ * crawl__hp_record does it (how: the decision, SAMPLE_ALIGNED only for a
+ * chunk the preload did place so, else SAMPLE), the stack starting at its
  * caller, or crawl__hp_record_from at the caller of *from's frame. */
 enum { CRAWL__HP_RECORD = 1, CRAWL__HP_SAMPLE, CRAWL__HP_SAMPLE_ALIGNED };
 CRAWL_API int crawl__hp_decide(size_t size);

@@ -1,7 +1,8 @@
 /* The sampled heap profile's samples are glibc chunks that the preload's
  * free tells by their address (crawl__hp_addr_tellable: 4 KiB-aligned, or
- * 16 bytes past a page's start, where glibc puts a chunk it maps whole),
- * so free needs no filter (crawl__free_kind is then FREE_ALIGNED alone).
+ * 16 bytes past a page's start, where glibc puts a chunk it maps whole)
+ * and then their chunk's shape (1 KiB at least, or mapped whole), so free
+ * needs no filter (crawl__free_kind is then FREE_ALIGNED alone).
  * Run with CRAWL_OPTIONS=heap_profile=1:heap_sample_bytes=262144:
  * gpa_sample_rate=0. Whether a chunk was recorded shows when it is freed
  * (the live count drops by one), so each chunk is checked on its own. The
@@ -310,6 +311,69 @@ static void test_wide_alignment_kept(void **state)
     assert_int_equal(live_objects(), before);
 }
 
+/* A small sample at an alignment wider than a page is made as big as
+ * free tells a placed one (1 KiB at least: glibc's chunk of 1,000 bytes
+ * at 8 KiB is 1,008): its free takes it out */
+static void test_wide_alignment_small_samples(void **state)
+{
+    (void)state;
+    int samples = 0;
+    for (int i = 0; i < 200000 && samples < 8; i++) {
+        size_t before = live_objects();
+        void *p = NULL;
+        assert_int_equal(posix_memalign(&p, 8192, 1000), 0);
+        assert_int_equal((uintptr_t)p & 8191, 0);
+        if (live_objects() == before + 1) {   /* 1 in 262 on average */
+            samples++;
+            assert_true(malloc_usable_size(p) >= 1000);
+            memset(p, 0x6b, 1000);
+        }
+        free(opaque(p));
+        assert_int_equal(live_objects(), before);
+    }
+    assert_int_equal(samples, 8);
+    assert_int_equal(crawl__free_kind, CRAWL__FREE_ALIGNED);
+}
+
+/* A pointer at a tellable address that the preload did not place, when
+ * recorded (here through crawl_heap_profile_alloc; a sample the pool or a
+ * failed memalign gave is another): free looks for it in the filter, as
+ * its chunk has not a placed sample's shape, and its free takes it out.
+ * In a child: the filter's kind bit stays set once set. */
+static void test_tellable_records_use_the_filter(void **state)
+{
+    (void)state;
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        void *p = NULL;
+        for (int i = 0; i < 100 && !p; i++) {
+            size_t before = live_objects();
+            p = memalign(4096, 64);      /* 4 KiB-aligned, in a chunk of 80 bytes */
+            if (!p || !tellable(p))
+                _exit(2);
+            if (live_objects() != before) {   /* (a sample itself: one in 4,000) */
+                free(p);
+                p = NULL;
+            }
+        }
+        if (!p || crawl__free_kind != CRAWL__FREE_ALIGNED)
+            _exit(3);
+        size_t before = live_objects();
+        crawl_heap_profile_alloc(p, (size_t)1 << 30, 0);   /* 1 GiB counted: a sample, surely */
+        if (live_objects() != before + 1)
+            _exit(4);
+        if (!(crawl__free_kind & CRAWL__FREE_FILTER))
+            _exit(5);
+        free(opaque(p));
+        _exit(live_objects() == before ? 0 : 6);
+    }
+    int status;
+    assert_int_equal(waitpid(pid, &status, 0), pid);
+    assert_true(WIFEXITED(status));
+    assert_int_equal(WEXITSTATUS(status), 0);
+}
+
 /* A large sampled calloc is glibc's own, its fresh pages not cleared
  * again: a 64 MiB one stays almost wholly unresident (made aligned and
  * cleared with memset, each one was committed whole) */
@@ -438,6 +502,8 @@ int main(void)
         cmocka_unit_test(test_spare_freed_twice),
         cmocka_unit_test(test_double_free_through_glibc),
         cmocka_unit_test(test_wide_alignment_kept),
+        cmocka_unit_test(test_wide_alignment_small_samples),
+        cmocka_unit_test(test_tellable_records_use_the_filter),
         cmocka_unit_test(test_large_calloc_untouched),
         cmocka_unit_test(test_glibc_free_takes_a_sample),
         cmocka_unit_test(test_stuck_slot),
