@@ -303,7 +303,10 @@ void crawl__hp_filter_stick(const void *p)
     unsigned slot = crawl__hp_filter_slot(p);
     shard *s = &shards[SLOT_SHARD(slot)];
     shard_lock(&s->lock);
-    note_free_kind((uintptr_t)p, 1);     /* (the preload's free tells its blocks apart) */
+    /* (placed: true of the preload's bootstrap blocks alone, which its
+     * free tells apart by address; another pointer stuck here reaches
+     * glibc's free, as before) */
+    note_free_kind((uintptr_t)p, 1);
     filter_set(slot, 255);
     unsigned k = atomic_fetch_add(&stick_count, 1);
     if (k < STICKS)
@@ -400,6 +403,10 @@ static int insert_as(const hp_entry *e, int keep_stamp)
                 shard_unlock(&s->lock);
                 return 0;
             }
+            /* (the kind the new record's free needs: a placed sample
+             * replaced by a record of a chunk glibc reshaped there,
+             * through its own realloc, took the fast path to glibc) */
+            note_free_kind(e->ptr, (e->flags & HP_PLACED) != 0);
             s->live_bytes -= s->t[j].size;
             s->t[j] = *e;
             s->t[j].ptr = k;
