@@ -170,15 +170,14 @@ static void filter_set(unsigned slot, unsigned char count)
 static atomic_int saturated;
 static atomic_int filter_lock;
 
-/* delta +1 (placed: HP_PLACED, see note_free_kind) or -1 */
-static void filter_add(uintptr_t ptr, int delta, int placed)   /* under ptr's shard lock */
+/* delta +1 or -1; an entry added has its free kind noted before
+ * (insert_as) */
+static void filter_add(uintptr_t ptr, int delta)   /* under ptr's shard lock */
 {
     if (shard_of(ptr)->stuck)
         return;
     unsigned slot = crawl__hp_filter_slot((const void *)ptr);
     unsigned char v = __atomic_load_n(&crawl__hp.counts[slot], __ATOMIC_RELAXED);
-    if (delta > 0)
-        note_free_kind(ptr, placed);
     if (v == 255 || (v == 0 && delta < 0))
         return;
     filter_set(slot, (unsigned char)(v + delta));
@@ -390,6 +389,7 @@ static int insert_as(const hp_entry *e, int keep_stamp)
         return 0;
     uintptr_t k = key_of(e->ptr);
     uint64_t h = hash_ptr(e->ptr);
+    int placed = (e->flags & HP_PLACED) != 0;
     shard *s = shard_of(e->ptr);
     shard_lock(&s->lock);
     if (!s->t)
@@ -403,10 +403,10 @@ static int insert_as(const hp_entry *e, int keep_stamp)
                 shard_unlock(&s->lock);
                 return 0;
             }
-            /* (the kind the new record's free needs: a placed sample
-             * replaced by a record of a chunk glibc reshaped there,
-             * through its own realloc, took the fast path to glibc) */
-            note_free_kind(e->ptr, (e->flags & HP_PLACED) != 0);
+            /* (the new record's kind too: a placed sample replaced by a
+             * record of a chunk glibc reshaped there, through its own
+             * realloc, took the fast path to glibc) */
+            note_free_kind(e->ptr, placed);
             s->live_bytes -= s->t[j].size;
             s->t[j] = *e;
             s->t[j].ptr = k;
@@ -427,7 +427,8 @@ static int insert_as(const hp_entry *e, int keep_stamp)
     if (grow)
         for (j = home_of(h, s->cap); s->t[j].ptr; j = (j + 1) & (s->cap - 1))
             ;
-    filter_add(e->ptr, 1, (e->flags & HP_PLACED) != 0);
+    note_free_kind(e->ptr, placed);      /* (before the filter's bit) */
+    filter_add(e->ptr, 1);
     s->t[j] = *e;
     s->t[j].ptr = k;
     s->t[j].flags = stamped(s, e->flags, keep_stamp);
@@ -483,7 +484,7 @@ static int erase_into(uintptr_t ptr, hp_entry *out)
                     *out = s->t[j];
                     out->ptr = ptr;
                 }
-                filter_add(ptr, -1, 0);
+                filter_add(ptr, -1);
                 s->live--;
                 s->live_bytes -= s->t[j].size;
                 remove_at(s, j);
