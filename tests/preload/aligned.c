@@ -241,6 +241,17 @@ static void expect_abort(pid_t child)
     assert_int_equal(WTERMSIG(status), SIGABRT);
 }
 
+/* The child ends by _exit(0), each of its checks held (else its exit
+ * status says which failed) */
+static void expect_clean_exit(pid_t child)
+{
+    int status;
+    assert_int_equal(waitpid(child, &status, 0), child);
+    if (!WIFEXITED(status))
+        fail_msg("the child was killed by signal %d", WTERMSIG(status));
+    assert_int_equal(WEXITSTATUS(status), 0);
+}
+
 /* A spare freed again (a double free) is said and the process aborted, as
  * glibc's free does for one it sees, instead of being kept twice and
  * handed out as two samples' memory: in each class (1 to 16 KiB), as free
@@ -368,10 +379,7 @@ static void test_tellable_records_use_the_filter(void **state)
         free(opaque(p));
         _exit(live_objects() == before ? 0 : 6);
     }
-    int status;
-    assert_int_equal(waitpid(pid, &status, 0), pid);
-    assert_true(WIFEXITED(status));
-    assert_int_equal(WEXITSTATUS(status), 0);
+    expect_clean_exit(pid);
 }
 
 /* A placed sample resized by glibc's own realloc, past the preload (it
@@ -401,10 +409,7 @@ static void test_replaced_sample_uses_the_filter(void **state)
         free(opaque(a));
         _exit(live_objects() == with - 1 ? 0 : 5);
     }
-    int status;
-    assert_int_equal(waitpid(pid, &status, 0), pid);
-    assert_true(WIFEXITED(status));
-    assert_int_equal(WEXITSTATUS(status), 0);
+    expect_clean_exit(pid);
 }
 
 /* A large sampled calloc is glibc's own, its fresh pages not cleared
